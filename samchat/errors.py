@@ -1,0 +1,21 @@
+"""User-facing errors: each carries one line that names the problem and what to do."""
+
+
+class SamchatError(Exception):
+    """An error shown to the user as a single line, never as a traceback."""
+
+
+class ModelLoadError(SamchatError):
+    """A model could not be found, read or loaded."""
+
+
+class IndexCorruptError(SamchatError):
+    """A static index file is truncated, corrupt or built with another tokenizer."""
+
+
+class StoreError(SamchatError):
+    """The SQLite store could not be opened or written."""
+
+
+class ImportFailed(SamchatError):
+    """A document import failed as a whole (per-file problems are reported as skips)."""

@@ -1,0 +1,32 @@
+"""Where samchat keeps its files. Environment variables override the platform defaults."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from platformdirs import user_cache_dir, user_config_dir, user_data_dir
+
+APP = "samchat"
+
+
+def _dir(env: str, default: str) -> Path:
+    value = os.environ.get(env)
+    path = Path(value).expanduser() if value else Path(default)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def data_dir() -> Path:
+    """Chats, documents and the static index (SAMCHAT_DATA_DIR overrides)."""
+    return _dir("SAMCHAT_DATA_DIR", user_data_dir(APP))
+
+
+def cache_dir() -> Path:
+    """Converted models, cost curves, Token Recycling tables (SAMCHAT_CACHE_DIR overrides)."""
+    return _dir("SAMCHAT_CACHE_DIR", user_cache_dir(APP))
+
+
+def config_dir() -> Path:
+    """config.toml: theme, keymap, decoding settings (SAMCHAT_CONFIG_DIR overrides)."""
+    return _dir("SAMCHAT_CONFIG_DIR", user_config_dir(APP))
