@@ -1,0 +1,17 @@
+"""The SQLite store: chats, branching messages with reply stats, documents, full-text search."""
+
+from samchat.store.recovery import RecoveryResult, recover
+from samchat.store.rows import Chat, DocumentRow, MessageRow, SearchHit
+from samchat.store.store import Store, content_hash, default_path
+
+__all__ = [
+    "Chat",
+    "DocumentRow",
+    "MessageRow",
+    "RecoveryResult",
+    "SearchHit",
+    "Store",
+    "content_hash",
+    "default_path",
+    "recover",
+]

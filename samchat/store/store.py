@@ -1,0 +1,522 @@
+"""The SQLite store: chats with branching messages, imported documents, full-text search."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import sqlite_utils
+
+from samchat.errors import StoreError
+from samchat.paths import data_dir
+from samchat.store.connection import connect, translate, write_transaction
+from samchat.store.migrations import migrate
+from samchat.store.rows import Chat, DocumentRow, MessageRow, SearchHit
+
+DB_NAME = "samchat.db"
+ROLES = ("system", "user", "assistant")
+# Roles whose text feeds the static index (system prompts are instructions, not content).
+INDEXED_ROLES = ("user", "assistant")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def default_path() -> Path:
+    return data_dir() / DB_NAME
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _guard(fn: Callable[Concatenate[Store, P], R]) -> Callable[Concatenate[Store, P], R]:
+    """Report SQLite failures as one-line StoreErrors instead of tracebacks."""
+
+    def wrapper(self: Store, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from exc
+
+    functools.update_wrapper(wrapper, fn)
+    return wrapper
+
+
+def _stats_dict(stats: object) -> dict[str, Any]:
+    if stats is None:
+        return {}
+    if dataclasses.is_dataclass(stats) and not isinstance(stats, type):
+        return dataclasses.asdict(stats)
+    if isinstance(stats, Mapping):
+        return dict(stats)
+    raise TypeError(f"stats must be a dataclass or a mapping, not {type(stats).__name__}")
+
+
+def _num(value: object, kind: type[int] | type[float]) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return kind(value)
+
+
+_MESSAGE_COLS = (
+    "id, chat_id, parent_id, role, content, model, created_at, tokens, seconds, tokens_per_s,"
+    " steps, mat, speedup, accepted_by_drafter, finish_reason, stats"
+)
+_CHAT_COLS = (
+    "c.id, c.title, c.model, c.system_prompt, c.created_at, c.updated_at,"
+    " (SELECT COUNT(*) FROM messages m WHERE m.chat_id = c.id), c.source"
+)
+_DOC_COLS = "id, source, title, kind, content_hash, imported_at, token_count, corpus, length(text)"
+
+
+def _message(row: sqlite3.Row | tuple[Any, ...]) -> MessageRow:
+    accepted = json.loads(row[13]) if row[13] else {}
+    stats = json.loads(row[15]) if row[15] else {}
+    return MessageRow(
+        id=row[0],
+        chat_id=row[1],
+        parent_id=row[2],
+        role=row[3],
+        content=row[4],
+        model=row[5],
+        created_at=row[6],
+        tokens=row[7],
+        seconds=row[8],
+        tokens_per_s=row[9],
+        steps=row[10],
+        mat=row[11],
+        speedup=row[12],
+        accepted_by_drafter=accepted,
+        finish_reason=row[14],
+        stats=stats,
+    )
+
+
+class Store:
+    """One connection to the samchat database. Not shared between threads: open one per thread."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self.conn = conn
+        self.path = path
+        self.db = sqlite_utils.Database(conn, execute_plugins=False)
+
+    @classmethod
+    def open(cls, path: Path | None = None) -> Store:
+        """Open (creating if needed) the database and bring its schema up to date."""
+        path = path or default_path()
+        conn = connect(path)
+        try:
+            migrate(conn)
+        except sqlite3.Error as exc:
+            conn.close()
+            raise translate(exc, path) from exc
+        except BaseException:
+            conn.close()
+            raise
+        return cls(conn, path)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def transaction(self) -> Any:
+        """Group several writes into one atomic transaction (nests as a savepoint)."""
+        return write_transaction(self.conn)
+
+    # -- chats ---------------------------------------------------------------------------------
+
+    @_guard
+    def create_chat(
+        self,
+        title: str,
+        model: str | None = None,
+        system_prompt: str | None = None,
+        *,
+        source: str | None = None,
+        created_at: float | None = None,
+    ) -> int:
+        now = created_at if created_at is not None else time.time()
+        with write_transaction(self.conn):
+            cur = self.conn.execute(
+                "INSERT INTO chats (title, model, system_prompt, created_at, updated_at, source)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (title, model, system_prompt, now, now, source),
+            )
+        return int(cur.lastrowid or 0)
+
+    @_guard
+    def chat(self, chat_id: int) -> Chat:
+        row = self.conn.execute(f"SELECT {_CHAT_COLS} FROM chats c WHERE c.id = ?", (chat_id,))
+        found = row.fetchone()
+        if found is None:
+            raise StoreError(f"there is no chat {chat_id}; `samchat history` lists the chats")
+        return Chat(*found)
+
+    @_guard
+    def chat_by_source(self, source: str) -> Chat | None:
+        found = self.conn.execute(
+            f"SELECT {_CHAT_COLS} FROM chats c WHERE c.source = ?", (source,)
+        ).fetchone()
+        return Chat(*found) if found else None
+
+    @_guard
+    def chats(self, limit: int | None = None, offset: int = 0) -> list[Chat]:
+        """Chats, most recently active first."""
+        rows = self.conn.execute(
+            f"SELECT {_CHAT_COLS} FROM chats c ORDER BY c.updated_at DESC, c.id DESC"
+            " LIMIT ? OFFSET ?",
+            (-1 if limit is None else limit, offset),
+        )
+        return [Chat(*r) for r in rows]
+
+    @_guard
+    def rename_chat(self, chat_id: int, title: str) -> None:
+        self.chat(chat_id)
+        with write_transaction(self.conn):
+            self.conn.execute("UPDATE chats SET title = ? WHERE id = ?", (title, chat_id))
+
+    @_guard
+    def set_system_prompt(self, chat_id: int, system_prompt: str | None) -> None:
+        self.chat(chat_id)
+        with write_transaction(self.conn):
+            self.conn.execute(
+                "UPDATE chats SET system_prompt = ? WHERE id = ?", (system_prompt, chat_id)
+            )
+
+    @_guard
+    def delete_chat(self, chat_id: int) -> None:
+        """Delete a chat and all its messages (the static index drops them on its next sync)."""
+        self.chat(chat_id)
+        with write_transaction(self.conn):
+            self.conn.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
+
+    # -- messages ------------------------------------------------------------------------------
+
+    @_guard
+    def add_message(
+        self,
+        chat_id: int,
+        role: str,
+        content: str,
+        parent_id: int | None,
+        model: str | None = None,
+        stats: object = None,
+        *,
+        finish_reason: str | None = None,
+        created_at: float | None = None,
+    ) -> int:
+        """Append a message under `parent_id` (None = a new root). `stats` is a ReplyStats (any
+        dataclass) or a dict; its known fields get columns, all of it is kept as JSON."""
+        if role not in ROLES:
+            raise StoreError(f"unknown message role {role!r}; expected one of {', '.join(ROLES)}")
+        data = _stats_dict(stats)
+        accepted = data.get("accepted_by_drafter")
+        speedup = data.get("speedup_est", data.get("speedup"))
+        now = created_at if created_at is not None else time.time()
+        with write_transaction(self.conn):
+            self.chat(chat_id)
+            if parent_id is not None:
+                parent = self.conn.execute(
+                    "SELECT chat_id FROM messages WHERE id = ?", (parent_id,)
+                ).fetchone()
+                if parent is None or parent[0] != chat_id:
+                    raise StoreError(f"message {parent_id} is not in chat {chat_id}")
+            cur = self.conn.execute(
+                "INSERT INTO messages (chat_id, parent_id, role, content, model, created_at,"
+                " tokens, seconds, tokens_per_s, steps, mat, speedup, accepted_by_drafter,"
+                " finish_reason, stats) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    chat_id,
+                    parent_id,
+                    role,
+                    content,
+                    model,
+                    now,
+                    _num(data.get("tokens"), int),
+                    _num(data.get("seconds"), float),
+                    _num(data.get("tokens_per_s"), float),
+                    _num(data.get("steps"), int),
+                    _num(data.get("mat"), float),
+                    _num(speedup, float),
+                    json.dumps(accepted) if isinstance(accepted, Mapping) else None,
+                    finish_reason or data.get("finish_reason"),
+                    json.dumps(data, default=str) if data else None,
+                ),
+            )
+            self.conn.execute(
+                "UPDATE chats SET updated_at = MAX(updated_at, ?) WHERE id = ?", (now, chat_id)
+            )
+        return int(cur.lastrowid or 0)
+
+    @_guard
+    def message(self, message_id: int) -> MessageRow:
+        row = self.conn.execute(
+            f"SELECT {_MESSAGE_COLS} FROM messages WHERE id = ?", (message_id,)
+        ).fetchone()
+        if row is None:
+            raise StoreError(f"there is no message {message_id}")
+        return _message(row)
+
+    @_guard
+    def messages(self, chat_id: int) -> list[MessageRow]:
+        """Every message of a chat, all branches, oldest first."""
+        rows = self.conn.execute(
+            f"SELECT {_MESSAGE_COLS} FROM messages WHERE chat_id = ? ORDER BY id", (chat_id,)
+        )
+        return [_message(r) for r in rows]
+
+    @_guard
+    def children(self, message_id: int) -> list[MessageRow]:
+        rows = self.conn.execute(
+            f"SELECT {_MESSAGE_COLS} FROM messages WHERE parent_id = ? ORDER BY id", (message_id,)
+        )
+        return [_message(r) for r in rows]
+
+    @_guard
+    def siblings(self, message_id: int) -> list[MessageRow]:
+        """The message and its alternatives (same parent), oldest first, for branch navigation."""
+        me = self.message(message_id)
+        rows = self.conn.execute(
+            f"SELECT {_MESSAGE_COLS} FROM messages WHERE chat_id = ? AND parent_id IS ?"
+            " ORDER BY id",
+            (me.chat_id, me.parent_id),
+        )
+        return [_message(r) for r in rows]
+
+    @_guard
+    def thread(self, chat_id: int, leaf_id: int | None = None) -> list[MessageRow]:
+        """The branch root..leaf. Without `leaf_id`, the branch of the newest message. If
+        `leaf_id` has replies, the path goes on down through the newest reply at each step."""
+        self.chat(chat_id)
+        if leaf_id is None:
+            row = self.conn.execute(
+                "SELECT MAX(id) FROM messages WHERE chat_id = ?", (chat_id,)
+            ).fetchone()
+            if row[0] is None:
+                return []
+            leaf_id = int(row[0])
+        rows = self.conn.execute(
+            f"""WITH RECURSIVE up(mid, depth) AS (
+                    SELECT id, 0 FROM messages WHERE id = ? AND chat_id = ?
+                    UNION ALL
+                    SELECT m.parent_id, up.depth + 1 FROM messages m JOIN up ON m.id = up.mid
+                    WHERE m.parent_id IS NOT NULL)
+                SELECT {_MESSAGE_COLS} FROM messages JOIN up ON messages.id = up.mid
+                ORDER BY up.depth DESC""",
+            (leaf_id, chat_id),
+        )
+        path = [_message(r) for r in rows]
+        if not path:
+            raise StoreError(f"message {leaf_id} is not in chat {chat_id}")
+        while True:
+            row = self.conn.execute(
+                f"SELECT {_MESSAGE_COLS} FROM messages WHERE parent_id = ? ORDER BY id DESC"
+                " LIMIT 1",
+                (path[-1].id,),
+            ).fetchone()
+            if row is None:
+                return path
+            path.append(_message(row))
+
+    def conversation(self, chat_id: int, leaf_id: int | None = None) -> list[dict[str, str]]:
+        """The branch as model messages, led by the chat's system prompt if it has one."""
+        chat = self.chat(chat_id)
+        out: list[dict[str, str]] = []
+        if chat.system_prompt:
+            out.append({"role": "system", "content": chat.system_prompt})
+        out.extend({"role": m.role, "content": m.content} for m in self.thread(chat_id, leaf_id))
+        return out
+
+    # -- documents -----------------------------------------------------------------------------
+
+    @_guard
+    def add_document(
+        self,
+        source: str,
+        title: str,
+        text: str,
+        kind: str,
+        *,
+        token_count: int | None = None,
+        corpus: str | None = None,
+        digest: str | None = None,
+    ) -> int | None:
+        """Store a document in one transaction; None if the same text is already stored."""
+        digest = digest or content_hash(text)
+        with write_transaction(self.conn):
+            cur = self.conn.execute(
+                "INSERT OR IGNORE INTO documents (source, title, content_hash, kind, text,"
+                " imported_at, token_count, corpus) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (source, title, digest, kind, text, time.time(), token_count, corpus),
+            )
+        return int(cur.lastrowid) if cur.rowcount == 1 and cur.lastrowid else None
+
+    @_guard
+    def has_document_hash(self, digest: str) -> bool:
+        found = self.conn.execute("SELECT 1 FROM documents WHERE content_hash = ?", (digest,))
+        return found.fetchone() is not None
+
+    @_guard
+    def document(self, document_id: int) -> DocumentRow:
+        row = self.conn.execute(
+            f"SELECT {_DOC_COLS} FROM documents WHERE id = ?", (document_id,)
+        ).fetchone()
+        if row is None:
+            raise StoreError(f"there is no document {document_id}")
+        return DocumentRow(*row)
+
+    @_guard
+    def document_text(self, document_id: int) -> str:
+        row = self.conn.execute("SELECT text FROM documents WHERE id = ?", (document_id,))
+        found = row.fetchone()
+        if found is None:
+            raise StoreError(f"there is no document {document_id}")
+        return str(found[0])
+
+    @_guard
+    def documents(self, corpus: str | None = None, limit: int | None = None) -> list[DocumentRow]:
+        where, params = ("WHERE corpus = ?", [corpus]) if corpus else ("", [])
+        rows = self.conn.execute(
+            f"SELECT {_DOC_COLS} FROM documents {where} ORDER BY id LIMIT ?",
+            [*params, -1 if limit is None else limit],
+        )
+        return [DocumentRow(*r) for r in rows]
+
+    @_guard
+    def delete_document(self, document_id: int) -> None:
+        self.document(document_id)
+        with write_transaction(self.conn):
+            self.conn.execute("DELETE FROM documents WHERE id = ?", (document_id,))
+
+    @_guard
+    def delete_corpus(self, corpus: str) -> int:
+        with write_transaction(self.conn):
+            cur = self.conn.execute("DELETE FROM documents WHERE corpus = ?", (corpus,))
+        return cur.rowcount
+
+    @_guard
+    def corpora(self) -> dict[str, int]:
+        rows = self.conn.execute(
+            "SELECT corpus, COUNT(*) FROM documents WHERE corpus IS NOT NULL GROUP BY corpus"
+        )
+        return {str(name): int(n) for name, n in rows}
+
+    @_guard
+    def set_token_count(self, document_id: int, token_count: int) -> None:
+        with write_transaction(self.conn):
+            self.conn.execute(
+                "UPDATE documents SET token_count = ? WHERE id = ?", (token_count, document_id)
+            )
+
+    # -- search --------------------------------------------------------------------------------
+
+    @_guard
+    def search(
+        self,
+        query: str,
+        limit: int = 20,
+        *,
+        kinds: tuple[str, ...] = ("message", "document"),
+        mark: tuple[str, str] = ("[", "]"),
+        raw: bool = False,
+    ) -> list[SearchHit]:
+        """Full-text search, best matches first. The query is taken as plain words unless `raw`
+        (then FTS5 syntax: AND/OR/NOT, "phrases", prefix*)."""
+        if not query.strip():
+            raise StoreError("the search query is empty")
+        match = query if raw else self.db.quote_fts(query)
+        hits: list[SearchHit] = []
+        try:
+            if "message" in kinds:
+                rows = self.conn.execute(
+                    """SELECT m.id, c.title, snippet(messages_fts, 0, ?, ?, '…', 16),
+                              bm25(messages_fts), m.chat_id, m.role
+                       FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
+                       JOIN chats c ON c.id = m.chat_id
+                       WHERE messages_fts MATCH ? ORDER BY bm25(messages_fts) LIMIT ?""",
+                    (mark[0], mark[1], match, limit),
+                )
+                hits += [SearchHit("message", r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
+            if "document" in kinds:
+                rows = self.conn.execute(
+                    """SELECT d.id, d.title, snippet(documents_fts, 1, ?, ?, '…', 16),
+                              bm25(documents_fts), d.source
+                       FROM documents_fts JOIN documents d ON d.id = documents_fts.rowid
+                       WHERE documents_fts MATCH ? ORDER BY bm25(documents_fts) LIMIT ?""",
+                    (mark[0], mark[1], match, limit),
+                )
+                hits += [SearchHit("document", r[0], r[1], r[2], r[3], source=r[4]) for r in rows]
+        except sqlite3.OperationalError as exc:
+            if "fts5" in str(exc).lower() or "syntax" in str(exc).lower():
+                raise StoreError(f"cannot parse the search query {query!r}: {exc}") from exc
+            raise
+        hits.sort(key=lambda h: h.rank)
+        return hits[:limit]
+
+    # -- what the static index is built from ---------------------------------------------------
+
+    @_guard
+    def index_keys(self) -> set[str]:
+        """Keys of everything the static index should hold: doc:<id> and msg:<id>."""
+        keys = {f"doc:{r[0]}" for r in self.conn.execute("SELECT id FROM documents")}
+        roles = ", ".join(f"'{r}'" for r in INDEXED_ROLES)
+        keys |= {
+            f"msg:{r[0]}"
+            for r in self.conn.execute(f"SELECT id FROM messages WHERE role IN ({roles})")
+        }
+        return keys
+
+    @_guard
+    def text_for_key(self, key: str) -> str | None:
+        """The text behind an index key, or None if it is gone."""
+        kind, _, num = key.partition(":")
+        table = {"doc": "SELECT text FROM documents", "msg": "SELECT content FROM messages"}
+        if kind not in table or not num.isdigit():
+            return None
+        row = self.conn.execute(f"{table[kind]} WHERE id = ?", (int(num),)).fetchone()
+        return None if row is None else str(row[0])
+
+    @_guard
+    def register_index(self, fingerprint: str, separator: int, model: str | None) -> None:
+        with write_transaction(self.conn):
+            self.conn.execute(
+                "INSERT INTO indexes (fingerprint, separator, model, updated_at)"
+                " VALUES (?, ?, ?, ?) ON CONFLICT(fingerprint) DO UPDATE SET"
+                " separator = excluded.separator, model = COALESCE(excluded.model, model),"
+                " updated_at = excluded.updated_at",
+                (fingerprint, separator, model, time.time()),
+            )
+
+    @_guard
+    def indexes(self) -> list[tuple[str, int, str | None]]:
+        """(fingerprint, separator, model) of every static index built so far."""
+        rows = self.conn.execute("SELECT fingerprint, separator, model FROM indexes")
+        return [(str(f), int(s), m) for f, s, m in rows]
+
+    @_guard
+    def counts(self) -> dict[str, int]:
+        out = {}
+        for table in ("chats", "messages", "documents"):
+            out[table] = int(self.conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+        return out
+
+    @_guard
+    def integrity_check(self) -> str:
+        return str(self.conn.execute("PRAGMA integrity_check").fetchone()[0])
+
+    def iter_documents_text(self) -> Iterator[tuple[int, str]]:
+        for row in self.conn.execute("SELECT id, text FROM documents ORDER BY id"):
+            yield int(row[0]), str(row[1])
