@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from samchat import __version__
 from samchat import commands as commands_pkg
+from samchat.cli_options import add_data_dir_option, add_model_options, apply_data_dir
 from samchat.errors import SamchatError
 
 
@@ -19,6 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Chat with a local LLM, sped up losslessly by suffix-automaton drafting.",
     )
     parser.add_argument("--version", action="version", version=f"samchat {__version__}")
+    # The TUI (no sub-command) takes the same model and data options as the commands.
+    add_model_options(parser)
+    add_data_dir_option(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     bench = sub.add_parser("bench", help="benchmarks (index, decode)")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)
@@ -35,6 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        apply_data_dir(args)
         if args.command is None:
             from samchat.tui.launch import run_tui
 

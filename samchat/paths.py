@@ -30,3 +30,8 @@ def cache_dir() -> Path:
 def config_dir() -> Path:
     """config.toml: theme, keymap, decoding settings (SAMCHAT_CONFIG_DIR overrides)."""
     return _dir("SAMCHAT_CONFIG_DIR", user_config_dir(APP))
+
+
+def model_cache_dir() -> Path:
+    """Models converted from GGUF (SAMCHAT_MODEL_CACHE overrides; shared across test runs)."""
+    return _dir("SAMCHAT_MODEL_CACHE", str(cache_dir() / "models"))

@@ -1,0 +1,53 @@
+"""Options shared by several commands: which model, which device, where the data lives."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from samchat.models.device import DEVICES, DTYPES
+from samchat.models.loader import ModelSpec
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model")
+    group.add_argument(
+        "--model",
+        default=None,
+        help="model directory, .gguf file or hub id (default: bundled SmolLM2-135M-Instruct)",
+    )
+    group.add_argument("--device", default="auto", choices=DEVICES, help="default: auto")
+    group.add_argument("--dtype", default="auto", choices=DTYPES, help="default: auto")
+    group.add_argument(
+        "--quantize", default=None, choices=("4bit", "8bit"), help="bitsandbytes (CUDA only)"
+    )
+    group.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run code shipped with the model (off by default)",
+    )
+
+
+def add_data_dir_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="where chats, documents and the index live (env SAMCHAT_DATA_DIR)",
+    )
+
+
+def apply_data_dir(args: argparse.Namespace) -> None:
+    """--data-dir wins over SAMCHAT_DATA_DIR, which wins over the platform default."""
+    data_dir = getattr(args, "data_dir", None)
+    if data_dir:
+        os.environ["SAMCHAT_DATA_DIR"] = str(data_dir)
+
+
+def spec_from_args(args: argparse.Namespace) -> ModelSpec:
+    return ModelSpec(
+        source=getattr(args, "model", None),
+        device=getattr(args, "device", "auto") or "auto",
+        dtype=getattr(args, "dtype", "auto") or "auto",
+        quantize=getattr(args, "quantize", None),
+        trust_remote_code=bool(getattr(args, "trust_remote_code", False)),
+    )

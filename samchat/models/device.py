@@ -1,0 +1,48 @@
+"""Choosing the device and dtype: CUDA first, then Apple MPS, then the CPU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from samchat.errors import ModelLoadError
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+def _mps_available(torch: Any) -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+def resolve_device(name: str) -> Any:
+    import torch
+
+    if name not in DEVICES:
+        raise ModelLoadError(f"unknown device {name!r}; use one of {', '.join(DEVICES)}")
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if _mps_available(torch):
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("--device cuda asked for, but no CUDA GPU is visible; use --device cpu")
+    if name == "mps" and not _mps_available(torch):
+        raise ModelLoadError("--device mps asked for, but Apple MPS is not available; use cpu")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: Any) -> Any:
+    import torch
+
+    if name not in DTYPES:
+        raise ModelLoadError(f"unknown dtype {name!r}; use one of {', '.join(DTYPES)}")
+    if name != "auto":
+        return getattr(torch, name)
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "mps":
+        return torch.float16
+    # fp32 on CPU: half precision is slow there and changes greedy output.
+    return torch.float32

@@ -1,0 +1,226 @@
+"""Loading causal LMs: the offline default model, local directories, GGUF files and hub ids."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from samchat.errors import ModelLoadError
+from samchat.models.default import DEFAULT_MODEL_NAME, default_model_dir
+from samchat.models.device import resolve_device, resolve_dtype
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What to load. `source` None means the bundled SmolLM2-135M-Instruct."""
+
+    source: str | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+    quantize: str | None = None
+    trust_remote_code: bool = False
+
+
+@dataclass
+class LoadedModel:
+    model: Any  # transformers.PreTrainedModel
+    tokenizer: Any  # transformers.PreTrainedTokenizerBase
+    device: Any  # torch.device
+    name: str
+    fingerprint: str
+    eos_ids: tuple[int, ...]
+    source: str = ""
+    dtype: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def context_limit(self) -> int:
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        return int(limit) if limit else 2048
+
+
+def _noop(_: str) -> None:
+    pass
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    """A concrete place to load from: a directory plus an optional GGUF file name in it."""
+
+    path: str
+    gguf_file: str | None
+    name: str
+    local: bool
+
+
+def _resolve_source(spec: ModelSpec, progress: Progress) -> _Resolved:
+    if spec.source is None:
+        return _Resolved(str(default_model_dir(progress)), None, DEFAULT_MODEL_NAME, True)
+    src = spec.source
+    path = Path(src).expanduser()
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise ModelLoadError(
+                f"{src} is a file but not a .gguf model; pass a model directory, "
+                "a .gguf file or a hub id"
+            )
+        return _Resolved(str(path.parent), path.name, path.stem, True)
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ModelLoadError(
+                f"{src} has no config.json; pass a Hugging Face model directory, "
+                "a .gguf file or a hub id"
+            )
+        return _Resolved(str(path), None, path.name, True)
+    looks_like_path = src.startswith((".", "/", "~")) or src.endswith(".gguf") or src.count("/") > 1
+    if looks_like_path:
+        raise ModelLoadError(f"model path {src} does not exist; check the path or pass a hub id")
+    if _offline():
+        raise ModelLoadError(
+            f"{src} is not a local path and HF_HUB_OFFLINE is set; "
+            "unset it to download, or pass a local model directory or .gguf file"
+        )
+    return _Resolved(src, None, src.rsplit("/", 1)[-1], False)
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """A stable hash of the vocabulary and special tokens: it keys the static index."""
+    vocab = tokenizer.get_vocab()
+    digest = hashlib.sha256()
+    digest.update(json.dumps(sorted(vocab.items()), ensure_ascii=False).encode())
+    digest.update(json.dumps(sorted(map(str, tokenizer.all_special_tokens))).encode())
+    return digest.hexdigest()[:16]
+
+
+def _load_tokenizer(where: _Resolved, spec: ModelSpec) -> Any:
+    from transformers import AutoTokenizer
+
+    kwargs: dict[str, Any] = {"trust_remote_code": spec.trust_remote_code}
+    if where.gguf_file:
+        kwargs["gguf_file"] = where.gguf_file
+    if where.local:
+        kwargs["local_files_only"] = True
+    try:
+        return AutoTokenizer.from_pretrained(where.path, **kwargs)
+    except Exception as exc:  # transformers raises many types; all mean "cannot load"
+        raise ModelLoadError(
+            f"could not load the tokenizer of {spec.source or where.name}: {_short(exc)}"
+        ) from exc
+
+
+def load_tokenizer(spec: ModelSpec | None = None) -> tuple[Any, str]:
+    """The tokenizer alone (fast): for indexing documents without loading weights."""
+    spec = spec or ModelSpec()
+    _quiet_transformers()
+    where = _resolve_source(spec, _noop)
+    tok = _load_tokenizer(where, spec)
+    return tok, tokenizer_fingerprint(tok)
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _quiet_transformers() -> None:
+    """samchat reports its own progress; transformers' tqdm bars would garble the CLI and TUI."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:
+    ids: list[int] = []
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (gen_eos, tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.append(value)
+        elif isinstance(value, list | tuple):
+            ids.extend(int(v) for v in value)
+    return tuple(dict.fromkeys(ids))
+
+
+def _quantization_config(spec: ModelSpec, device_type: str) -> Any:
+    if spec.quantize is None:
+        return None
+    if spec.quantize not in ("4bit", "8bit"):
+        raise ModelLoadError(f"unknown --quantize {spec.quantize!r}; use 4bit or 8bit")
+    if device_type != "cuda":
+        raise ModelLoadError(
+            f"--quantize {spec.quantize} needs a CUDA GPU (bitsandbytes); "
+            "drop --quantize or run on a machine with CUDA"
+        )
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError as exc:
+        raise ModelLoadError(
+            "--quantize needs bitsandbytes; install it with: pip install 'samchat[cuda]'"
+        ) from exc
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    if spec.quantize == "4bit":
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)
+    return BitsAndBytesConfig(load_in_8bit=True)
+
+
+def load_model(spec: ModelSpec | None = None, progress: Progress | None = None) -> LoadedModel:
+    """Load a model ready for decoding, or raise ModelLoadError with a one-line reason."""
+    spec = spec or ModelSpec()
+    say = progress or _noop
+    _quiet_transformers()
+    device = resolve_device(spec.device)
+    dtype = resolve_dtype(spec.dtype, device)
+    quant = _quantization_config(spec, device.type)
+    where = _resolve_source(spec, say)
+    say(f"loading tokenizer of {where.name}")
+    tokenizer = _load_tokenizer(where, spec)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelLoadError(
+            f"{where.name} has no chat template; pick an instruct/chat model "
+            "(its tokenizer_config.json must define chat_template)"
+        )
+    say(f"loading weights of {where.name} ({dtype} on {device})")
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": spec.trust_remote_code}
+    if where.gguf_file:
+        kwargs["gguf_file"] = where.gguf_file
+    if where.local:
+        kwargs["local_files_only"] = True
+    if quant is not None:
+        kwargs["quantization_config"] = quant
+        kwargs["device_map"] = {"": device.index or 0}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(where.path, **kwargs)
+    except Exception as exc:
+        raise ModelLoadError(
+            f"could not load {spec.source or where.name}: {_short(exc)}; "
+            "check the file or choose another model with --model"
+        ) from exc
+    if quant is None:
+        model = model.to(device)
+    model.eval()
+    say("model ready")
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        device=device,
+        name=where.name,
+        fingerprint=tokenizer_fingerprint(tokenizer),
+        eos_ids=_eos_ids(model, tokenizer),
+        source=spec.source or where.path,
+        dtype=str(dtype).removeprefix("torch."),
+    )
