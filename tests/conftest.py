@@ -19,7 +19,9 @@ if "SAMCHAT_MODEL_CACHE" not in os.environ:
 
 
 @pytest.fixture(autouse=True)
-def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_dirs(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each test writes its data, cache and config under its own temporary directory."""
     base = tmp_path_factory.mktemp("samchat-home")
     for name in ("DATA", "CACHE", "CONFIG"):

@@ -27,7 +27,7 @@ def resolve_device(name: str) -> Any:
             return torch.device("mps")
         return torch.device("cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ModelLoadError("--device cuda asked for, but no CUDA GPU is visible; use --device cpu")
+        raise ModelLoadError("--device cuda asked for, but no CUDA GPU is visible; use cpu")
     if name == "mps" and not _mps_available(torch):
         raise ModelLoadError("--device mps asked for, but Apple MPS is not available; use cpu")
     return torch.device(name)
