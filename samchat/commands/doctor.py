@@ -1,0 +1,75 @@
+"""`samchat doctor`: versions, device, model location, and which SAM core is in use."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import platform
+import sqlite3
+from typing import Any
+
+from samchat import __version__
+from samchat.errors import SamchatError
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def report() -> list[tuple[str, str]]:
+    """What doctor prints, as (label, value) rows; no model weights are loaded."""
+    import torch
+
+    from samchat import paths
+    from samchat.models.default import bundled_gguf, converted_dir
+    from samchat.models.device import resolve_device
+
+    rows: list[tuple[str, str]] = [
+        ("samchat", __version__),
+        ("python", platform.python_version()),
+        ("platform", platform.platform()),
+    ]
+    for dist in ("torch", "transformers", "textual", "sqlite-utils", "bitsandbytes"):
+        rows.append((dist, _version(dist)))
+    rows.append(("sqlite", sqlite3.sqlite_version))
+    rows.append(("device (auto)", str(resolve_device("auto"))))
+    rows.append(("cuda", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no"))
+    rows.append(("cpu threads", str(torch.get_num_threads())))
+    try:
+        rows.append(("default model (gguf)", str(bundled_gguf())))
+    except SamchatError as exc:
+        rows.append(("default model (gguf)", f"missing: {exc}"))
+    converted = converted_dir()
+    state = "ready" if (converted / "model.safetensors").exists() else "converted on first use"
+    rows.append(("default model (converted)", f"{converted} ({state})"))
+    rows.append(("SAM core", _sam_backend()))
+    rows.append(("data dir", str(paths.data_dir())))
+    rows.append(("cache dir", str(paths.cache_dir())))
+    rows.append(("config dir", str(paths.config_dir())))
+    return rows
+
+
+def _sam_backend() -> str:
+    try:
+        from samchat import sam
+
+        backend: Any = getattr(sam, "backend", None)
+        return str(backend()) if callable(backend) else "unknown"
+    except Exception as exc:  # doctor reports problems, it never fails on them
+        return f"unavailable ({exc})"
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = report()
+    width = max(len(label) for label, _ in rows)
+    for label, value in rows:
+        print(f"{label:<{width}}  {value}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("doctor", help="show versions, device, model and SAM core in use")
+    parser.set_defaults(func=run)

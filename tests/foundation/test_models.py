@@ -1,0 +1,130 @@
+"""Loading models: the offline default, local directories, and clear errors for bad sources."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from samchat.errors import ModelLoadError
+from samchat.models import ModelSpec, load_model, load_tokenizer
+from samchat.models.default import bundled_gguf, converted_dir
+
+
+def test_default_model_loads_offline_with_chat_template(default_lm: Any) -> None:
+    assert default_lm.name == "SmolLM2-135M-Instruct"
+    assert default_lm.device.type == "cpu"
+    assert default_lm.tokenizer.chat_template
+    assert default_lm.tokenizer.convert_ids_to_tokens(list(default_lm.eos_ids)) == ["<|im_end|>"]
+    n_params = sum(p.numel() for p in default_lm.model.parameters())
+    assert 130_000_000 < n_params < 140_000_000
+    assert (converted_dir() / "model.safetensors").is_file()
+
+
+def test_default_model_answers_deterministically(default_lm: Any) -> None:
+    tok = default_lm.tokenizer
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )["input_ids"]
+    out = default_lm.model.generate(ids, max_new_tokens=12, do_sample=False)
+    answer = tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+    assert "Paris" in answer
+
+
+def test_tokenizer_alone_has_the_same_fingerprint(default_lm: Any) -> None:
+    tok, fingerprint = load_tokenizer()
+    assert fingerprint == default_lm.fingerprint
+    assert tok("hello world")["input_ids"] == default_lm.tokenizer("hello world")["input_ids"]
+
+
+def test_local_directory_and_gguf_file_load_like_the_default(default_lm: Any) -> None:
+    from_dir = load_model(ModelSpec(source=str(converted_dir())))
+    ids = torch.tensor([[1, 504, 3458, 282, 4649, 314]])
+    with torch.no_grad():
+        expected = default_lm.model(ids).logits
+        assert torch.allclose(from_dir.model(ids).logits, expected, atol=1e-4)
+    assert from_dir.fingerprint == default_lm.fingerprint
+    tok, fingerprint = load_tokenizer(ModelSpec(source=str(bundled_gguf())))
+    assert fingerprint == default_lm.fingerprint
+
+
+def _copy_default(tmp_path: Path, weights: bool = True) -> Path:
+    target = tmp_path / "model"
+    target.mkdir()
+    for item in converted_dir().iterdir():
+        if item.name == "model.safetensors" and not weights:
+            continue
+        shutil.copy(item, target / item.name)
+    return target
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ("/nonexistent/model-dir", "does not exist"),
+        ("./missing.gguf", "does not exist"),
+        ("some-org/some-model", "HF_HUB_OFFLINE"),
+    ],
+)
+def test_bad_sources_raise_one_line_errors(source: str, fragment: str) -> None:
+    with pytest.raises(ModelLoadError) as info:
+        load_model(ModelSpec(source=source))
+    assert fragment in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_file_that_is_not_gguf(tmp_path: Path) -> None:
+    bogus = tmp_path / "weights.bin"
+    bogus.write_bytes(b"\0" * 64)
+    with pytest.raises(ModelLoadError, match="not a .gguf"):
+        load_model(ModelSpec(source=str(bogus)))
+
+
+def test_directory_without_config(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        load_model(ModelSpec(source=str(tmp_path)))
+
+
+def test_corrupt_weights_give_a_clear_error(tmp_path: Path) -> None:
+    target = _copy_default(tmp_path, weights=False)
+    (target / "model.safetensors").write_bytes(b"this is not a safetensors file" * 10)
+    with pytest.raises(ModelLoadError, match="could not load") as info:
+        load_model(ModelSpec(source=str(target)))
+    assert "\n" not in str(info.value)
+
+
+def test_corrupt_gguf_gives_a_clear_error(tmp_path: Path) -> None:
+    bogus = tmp_path / "broken.gguf"
+    bogus.write_bytes(b"GGUF" + b"\x00" * 100)
+    with pytest.raises(ModelLoadError, match="could not load"):
+        load_model(ModelSpec(source=str(bogus)))
+
+
+def test_model_without_chat_template_is_refused(tmp_path: Path) -> None:
+    target = _copy_default(tmp_path, weights=False)
+    (target / "chat_template.jinja").unlink(missing_ok=True)
+    config_path = target / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config.pop("chat_template", None)
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="no chat template"):
+        load_model(ModelSpec(source=str(target)))
+
+
+def test_quantize_without_cuda_is_refused() -> None:
+    with pytest.raises(ModelLoadError, match="needs a CUDA GPU"):
+        load_model(ModelSpec(quantize="4bit", device="cpu"))
+
+
+def test_unavailable_device_is_refused() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA; the refusal only applies without it")
+    with pytest.raises(ModelLoadError, match="no CUDA GPU"):
+        load_model(ModelSpec(device="cuda"))
