@@ -51,7 +51,7 @@ def test_local_directory_and_gguf_file_load_like_the_default(default_lm: Any) ->
         expected = default_lm.model(ids).logits
         assert torch.allclose(from_dir.model(ids).logits, expected, atol=1e-4)
     assert from_dir.fingerprint == default_lm.fingerprint
-    tok, fingerprint = load_tokenizer(ModelSpec(source=str(bundled_gguf())))
+    _tok, fingerprint = load_tokenizer(ModelSpec(source=str(bundled_gguf())))
     assert fingerprint == default_lm.fingerprint
 
 
@@ -83,12 +83,12 @@ def test_bad_sources_raise_one_line_errors(source: str, fragment: str) -> None:
 def test_file_that_is_not_gguf(tmp_path: Path) -> None:
     bogus = tmp_path / "weights.bin"
     bogus.write_bytes(b"\0" * 64)
-    with pytest.raises(ModelLoadError, match="not a .gguf"):
+    with pytest.raises(ModelLoadError, match=r"not a \.gguf"):
         load_model(ModelSpec(source=str(bogus)))
 
 
 def test_directory_without_config(tmp_path: Path) -> None:
-    with pytest.raises(ModelLoadError, match="no config.json"):
+    with pytest.raises(ModelLoadError, match=r"no config\.json"):
         load_model(ModelSpec(source=str(tmp_path)))
 
 
