@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -52,6 +53,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug: still one line for the user, the traceback on request
+        if os.environ.get("SAMCHAT_DEBUG"):
+            raise
+        print(
+            f"error: unexpected {type(exc).__name__}: {exc} "
+            "(a bug; rerun with SAMCHAT_DEBUG=1 for details and report it)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":
