@@ -1,0 +1,237 @@
+"""The TUI's thin adapter over the library: store, model loading, decoding, import.
+
+No textual here. torch/transformers are imported lazily inside the functions that run in
+worker threads, so starting the UI stays fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from samchat.errors import SamchatError, StoreError
+if TYPE_CHECKING:
+    from samchat.store import Chat, MessageRow, SearchHit, Store
+    from samchat.decoding.events import Event
+    from samchat.models.loader import LoadedModel
+
+Message = dict[str, str]
+
+
+def title_from_prompt(text: str, width: int = 48) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1].rstrip() + "…"
+
+
+@dataclass
+class Branch:
+    index: int  # 1-based position among its siblings
+    count: int
+
+
+class ChatData:
+    """The store as the UI uses it. Every failure becomes a SamchatError (shown as a notice)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    @classmethod
+    def open(cls, path: Path | None = None) -> ChatData:
+        from samchat.store import Store  # sqlite-utils takes a while to import: not at start-up
+
+        try:
+            return cls(Store.open(path))
+        except sqlite3.Error as exc:  # the store translates most; be safe on the UI path
+            raise StoreError(f"cannot open the database: {exc}") from exc
+
+    @property
+    def path(self) -> Path:
+        return self.store.path
+
+    def chats(self) -> list[Chat]:
+        return self.store.chats(limit=500)
+
+    def chat(self, chat_id: int) -> Chat:
+        return self.store.chat(chat_id)
+
+    def search(self, query: str) -> list[SearchHit]:
+        return self.store.search(query, limit=50, kinds=("message",), mark=("\x02", "\x03"))
+
+    def create_chat(self, title: str, model: str | None) -> int:
+        return self.store.create_chat(title or "New chat", model)
+
+    def rename_chat(self, chat_id: int, title: str) -> None:
+        self.store.rename_chat(chat_id, title)
+
+    def delete_chat(self, chat_id: int) -> None:
+        self.store.delete_chat(chat_id)
+
+    def set_system_prompt(self, chat_id: int, prompt: str | None) -> None:
+        self.store.set_system_prompt(chat_id, prompt or None)
+
+    def thread(self, chat_id: int, leaf_id: int | None = None) -> list[MessageRow]:
+        return self.store.thread(chat_id, leaf_id)
+
+    def message(self, message_id: int) -> MessageRow:
+        return self.store.message(message_id)
+
+    def branches(self, rows: list[MessageRow]) -> dict[int, tuple[int, int]]:
+        """(index, count) among siblings for each message that has alternatives."""
+        out: dict[int, tuple[int, int]] = {}
+        for row in rows:
+            sibs = self.store.siblings(row.id)
+            if len(sibs) > 1:
+                ids = [s.id for s in sibs]
+                out[row.id] = (ids.index(row.id) + 1, len(ids))
+        return out
+
+    def sibling(self, message_id: int, step: int) -> int | None:
+        """The id of the alternative `step` places away (wrapping), or None if there is none."""
+        sibs = [s.id for s in self.store.siblings(message_id)]
+        if len(sibs) < 2:
+            return None
+        return sibs[(sibs.index(message_id) + step) % len(sibs)]
+
+    def add_user(self, chat_id: int, content: str, parent_id: int | None) -> int:
+        return self.store.add_message(chat_id, "user", content, parent_id)
+
+    def add_reply(
+        self,
+        chat_id: int,
+        content: str,
+        parent_id: int,
+        model: str,
+        stats: dict[str, Any],
+        finish_reason: str,
+    ) -> int:
+        return self.store.add_message(
+            chat_id, "assistant", content, parent_id, model, stats, finish_reason=finish_reason
+        )
+
+    def conversation(self, chat_id: int, leaf_id: int) -> list[Message]:
+        """The model's messages for the branch ending at `leaf_id` (a user message)."""
+        chat = self.store.chat(chat_id)
+        out: list[Message] = []
+        if chat.system_prompt:
+            out.append({"role": "system", "content": chat.system_prompt})
+        for row in self.store.thread(chat_id, leaf_id):
+            out.append({"role": row.role, "content": row.content})
+            if row.id == leaf_id:
+                break
+        return out
+
+
+# -- model and decoding (run in worker threads) -------------------------------------------------
+
+
+def load_lm(source: str, device: str, progress: Callable[[str], None]) -> LoadedModel:
+    from samchat.models.loader import ModelSpec, load_model
+
+    spec = ModelSpec(source=source or None, device=device or "auto")
+    return load_model(spec, progress=progress)
+
+
+class Generator:
+    """One decoding session per loaded model and config (the session keeps the KV cache).
+
+    With a background indexer the session drafts from the static index once it is open; the
+    indexer's lock is held while a reply decodes so a sync never changes the index under it.
+    """
+
+    def __init__(self, lm: LoadedModel, decoding: dict[str, Any], indexer: Any = None) -> None:
+        self.lm = lm
+        self.decoding = dict(decoding)
+        self.indexer = indexer
+        self._session: Any = None
+        self._session_has_index = False
+
+    def _index(self) -> Any:
+        return self.indexer.index if self.indexer is not None else None
+
+    def session(self) -> Any:
+        index = self._index()
+        if self._session is None or (index is not None and not self._session_has_index):
+            from samchat.decoding.params import DecodingConfig
+            from samchat.decoding.session import ChatSession
+
+            config = DecodingConfig(**self.decoding)
+            config.validate()
+            self._session = ChatSession(self.lm, config, index)
+            self._session_has_index = index is not None
+        return self._session
+
+    def generate(
+        self, messages: list[Message], sampling: dict[str, Any], cancel: Any
+    ) -> Iterator[Event]:
+        from samchat.decoding.params import SamplingParams
+
+        values = dict(sampling)
+        seed = values.pop("seed", -1)
+        params = SamplingParams(**values, seed=None if seed is None or seed < 0 else int(seed))
+        params.validate()
+        lock = self.indexer.lock if self.indexer is not None else contextlib.nullcontext()
+        with lock:
+            yield from self.session().generate(messages, params, cancel)
+
+    def pieces(self, token_ids: list[int], sources: list[str], text: str) -> list[tuple[str, str]]:
+        """Split a delta's text per token so each piece carries its drafter.
+
+        Decodes growing prefixes (byte-level BPE can split a character across tokens); if the
+        pieces do not add up to the text, the whole delta goes to its most common drafter.
+        """
+        if len(set(sources)) <= 1:
+            return [(text, sources[0] if sources else "plain")]
+        tok = self.lm.tokenizer
+        out: list[tuple[str, str]] = []
+        prev = ""
+        for i, src in enumerate(sources):
+            cur = tok.decode(token_ids[: i + 1], skip_special_tokens=True)
+            if not cur.startswith(prev):
+                break
+            out.append((cur[len(prev) :], src))
+            prev = cur
+        else:
+            if prev == text:
+                return out
+        return [(text, max(set(sources), key=sources.count))]
+
+
+def start_indexer(lm: LoadedModel, db_path: Path, on_error: Callable[[Exception], None]) -> Any:
+    """A BackgroundIndexer that keeps this tokenizer's static index in step with the store."""
+    from samchat.corpus.indexing import BackgroundIndexer, tokenizer_codec
+
+    encode, separator = tokenizer_codec(lm.tokenizer)
+    return BackgroundIndexer(
+        db_path, lm.fingerprint, encode, separator, model=lm.name, on_error=on_error
+    ).start()
+
+
+def import_documents(path: str, store_path: Path, progress: Callable[[int, int, str], None]) -> str:
+    """Import a file or folder into the store (own connection: this runs in a worker thread)."""
+    from samchat.corpus.importer import import_paths
+    from samchat.store import Store
+
+    target = Path(path).expanduser()
+    if not target.exists():
+        raise SamchatError(f"{path} does not exist; give the path of a file or folder")
+    store = Store.open(store_path)
+    try:
+        summary = import_paths(
+            store, [target], progress=lambda done, total, p: progress(done, total, p.name)
+        )
+    finally:
+        store.close()
+    for skipped, reason in summary.skipped:
+        progress(1, 1, f"skipped {skipped.name}: {reason}")
+    parts = [f"imported {len(summary.documents)} documents"]
+    if summary.chats:
+        parts.append(f"{summary.chats} chats")
+    if summary.duplicates:
+        parts.append(f"{len(summary.duplicates)} already there")
+    if summary.skipped:
+        parts.append(f"{len(summary.skipped)} skipped")
+    return ", ".join(parts) + f" in {summary.seconds:.1f} s"

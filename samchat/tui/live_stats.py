@@ -1,0 +1,114 @@
+"""Running figures for one streaming reply: tokens/s, MAT, speedup, drafter shares, speed trace.
+
+Pure Python (no textual, no torch) so it is cheap to test. The engine's ReplyStats replaces the
+live estimates when the reply finishes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DRAFTERS = ("dyn", "static", "tr")
+
+
+@dataclass
+class LiveStats:
+    started: float
+    tokens: int = 0
+    steps: int = 0
+    by_source: dict[str, int] = field(default_factory=dict)
+    speeds: list[float] = field(default_factory=list)  # tokens/s of each committed chunk
+    forward_s: float = 0.0
+    cheapest_forward_s: float = 0.0  # stands in for one plain decoding step
+    last_t: float = 0.0
+    final: dict[str, Any] | None = None  # the engine's ReplyStats as a dict, once done
+
+    def on_delta(self, n_tokens: int, sources: list[str], t: float) -> None:
+        prev = self.last_t or self.started
+        self.tokens += n_tokens
+        for src in sources:
+            self.by_source[src] = self.by_source.get(src, 0) + 1
+        if t > prev and n_tokens:
+            self.speeds.append(n_tokens / (t - prev))
+        self.last_t = t
+
+    def on_step(self, forward_s: float) -> None:
+        self.steps += 1
+        self.forward_s += forward_s
+        if forward_s > 0 and (self.cheapest_forward_s == 0 or forward_s < self.cheapest_forward_s):
+            self.cheapest_forward_s = forward_s
+
+    def on_done(self, stats: dict[str, Any]) -> None:
+        self.final = stats
+
+    @property
+    def tokens_per_s(self) -> float:
+        if self.final is not None:
+            return float(self.final.get("tokens_per_s", 0.0))
+        elapsed = self.last_t - self.started
+        return self.tokens / elapsed if elapsed > 0 else 0.0
+
+    @property
+    def mat(self) -> float:
+        """Mean accepted tokens per verification step (bonus token included)."""
+        if self.final is not None:
+            return float(self.final.get("mat", 0.0))
+        return self.tokens / self.steps if self.steps else 0.0
+
+    @property
+    def speedup(self) -> float:
+        """Live estimate: tokens x (cost of one plain step) / time spent verifying."""
+        if self.final is not None:
+            return float(self.final.get("speedup_est", 0.0))
+        if not self.forward_s or not self.cheapest_forward_s:
+            return 0.0
+        return self.tokens * self.cheapest_forward_s / self.forward_s
+
+    def shares(self) -> dict[str, float]:
+        """Share of all reply tokens that each drafter proposed and the model accepted."""
+        counts: dict[str, int]
+        total: int
+        if self.final is not None and self.final.get("accepted_by_drafter") is not None:
+            counts = {k: int(v) for k, v in self.final["accepted_by_drafter"].items()}
+            total = int(self.final.get("tokens", 0)) or self.tokens
+        else:
+            counts, total = self.by_source, self.tokens
+        if not total:
+            return {name: 0.0 for name in DRAFTERS}
+        return {name: counts.get(name, 0) / total for name in DRAFTERS}
+
+
+def stats_to_dict(stats: Any) -> dict[str, Any]:
+    """ReplyStats (a dataclass) or a stored dict -> a plain dict."""
+    if stats is None:
+        return {}
+    if isinstance(stats, dict):
+        return dict(stats)
+    from dataclasses import asdict, is_dataclass
+
+    if is_dataclass(stats) and not isinstance(stats, type):
+        return asdict(stats)
+    return dict(vars(stats))
+
+
+def format_stats(stats: dict[str, Any]) -> str:
+    """One line of figures for a finished reply."""
+    if not stats:
+        return "no statistics stored"
+    parts = [
+        f"{int(stats.get('tokens', 0))} tok",
+        f"{float(stats.get('seconds', 0.0)):.2f} s",
+        f"{float(stats.get('tokens_per_s', 0.0)):.1f} tok/s",
+        f"MAT {float(stats.get('mat', 0.0)):.2f}",
+        f"speedup {float(stats.get('speedup_est', 0.0)):.2f}x",
+    ]
+    accepted = stats.get("accepted_by_drafter") or {}
+    total = int(stats.get("tokens", 0))
+    if total and accepted:
+        parts.append(
+            " ".join(f"{k} {100 * int(accepted.get(k, 0)) / total:.0f}%" for k in DRAFTERS)
+        )
+    if stats.get("method"):
+        parts.append(str(stats["method"]))
+    return " · ".join(parts)

@@ -1,0 +1,122 @@
+"""One chat message: header, Markdown body, provenance view and stored figures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.content import Content
+from textual.widgets import Markdown, Static
+from textual.widgets.markdown import MarkdownStream
+
+from samchat.tui.live_stats import format_stats
+
+# Drafter -> theme variable used to colour its tokens (plain tokens stay uncoloured).
+PROVENANCE_STYLES = {"dyn": "$prov-dyn", "static": "$prov-static", "tr": "$prov-tr"}
+PROVENANCE_LABELS = {"dyn": "dynamic SAM", "static": "static SAM", "tr": "Token Recycling"}
+
+Spans = list[list[Any]]  # [[text, source], ...] with neighbouring equal sources merged
+
+
+def add_span(spans: Spans, text: str, source: str) -> None:
+    if not text:
+        return
+    if spans and spans[-1][1] == source:
+        spans[-1][0] += text
+    else:
+        spans.append([text, source])
+
+
+def provenance_content(spans: Spans) -> Content:
+    parts: list[str | tuple[str, str]] = []
+    for text, source in spans:
+        style = PROVENANCE_STYLES.get(source)
+        parts.append((text, f"bold {style}") if style else text)
+    return Content.assemble(*parts)
+
+
+def legend_content() -> Content:
+    parts: list[str | tuple[str, str]] = ["provenance: "]
+    for name, style in PROVENANCE_STYLES.items():
+        parts.append((f"■ {PROVENANCE_LABELS[name]}", f"bold {style}"))
+        parts.append("  ")
+    parts.append("plain step: uncoloured")
+    return Content.assemble(*parts)
+
+
+class MessageView(Vertical, can_focus=True):
+    """A message; assistant replies may stream into it."""
+
+    def __init__(
+        self,
+        *,
+        message_id: int | None,
+        role: str,
+        content: str,
+        model: str | None = None,
+        stats: dict[str, Any] | None = None,
+        branch: tuple[int, int] = (1, 1),
+        spans: Spans | None = None,
+        parent_id: int | None = None,
+    ) -> None:
+        super().__init__(classes=f"message -{role}")
+        self.message_id = message_id
+        self.parent_id = parent_id
+        self.role = role
+        self.content = content
+        self.model = model
+        self.stats: dict[str, Any] = stats or {}
+        self.branch = branch
+        self.spans: Spans = spans if spans is not None else self._stored_spans(content)
+        self._stream: MarkdownStream | None = None
+
+    def _stored_spans(self, content: str) -> Spans:
+        stored = self.stats.get("provenance")
+        if isinstance(stored, list) and "".join(str(t) for t, _ in stored) == content:
+            return [[str(t), str(s)] for t, s in stored]
+        return [[content, "plain"]] if content else []
+
+    def compose(self) -> ComposeResult:
+        yield Static(self.header_text(), classes="msg-header")
+        yield Markdown(self.content, classes="msg-body")
+        if self.role == "assistant":
+            yield Static(provenance_content(self.spans), classes="msg-provenance")
+            yield Static(format_stats(self.stats), classes="msg-stats")
+
+    def header_text(self) -> str:
+        who = "You" if self.role == "user" else (self.model or "assistant")
+        if self.role == "system":
+            who = "System"
+        index, count = self.branch
+        branch = f"  ‹ {index}/{count} ›" if count > 1 else ""
+        streaming = "  …" if self._is_streaming() else ""
+        return f"{who}{branch}{streaming}"
+
+    def _is_streaming(self) -> bool:
+        return getattr(self, "_stream", None) is not None
+
+    # streaming -------------------------------------------------------------
+    def start_stream(self) -> None:
+        self._stream = Markdown.get_stream(self.query_one(".msg-body", Markdown))
+        self.query_one(".msg-header", Static).update(self.header_text())
+
+    async def append(self, text: str, pieces: list[tuple[str, str]]) -> None:
+        self.content += text
+        for piece, source in pieces:
+            add_span(self.spans, piece, source)
+        if self._stream is not None:
+            await self._stream.write(text)
+        if self.role == "assistant":  # hidden unless provenance is on, so the update is cheap
+            self.query_one(".msg-provenance", Static).update(provenance_content(self.spans))
+
+    async def finish(self, message_id: int | None, stats: dict[str, Any]) -> None:
+        if self._stream is not None:
+            await self._stream.stop()
+            self._stream = None
+        self.message_id = message_id
+        self.stats = stats
+        self.query_one(".msg-header", Static).update(self.header_text())
+        if self.role == "assistant":
+            self.query_one(".msg-provenance", Static).update(provenance_content(self.spans))
+            self.query_one(".msg-stats", Static).update(format_stats(stats))

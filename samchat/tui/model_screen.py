@@ -1,0 +1,77 @@
+"""Pick a model: the bundled default, a local directory / .gguf file, or a hub id."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, OptionList, Select
+from textual.widgets.option_list import Option
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DEFAULT_LABEL = "default: SmolLM2-135M-Instruct (bundled, offline)"
+
+
+class ModelScreen(ModalScreen[tuple[str, str] | None]):
+    """Returns (source, device); source "" is the bundled default."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def __init__(self, current: str, device: str, recent: list[str]) -> None:
+        super().__init__(classes="dialog-screen")
+        self.current = current
+        self.device = device if device in DEVICES else "auto"
+        self.recent = [r for r in recent if r]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog -wide", id="model-dialog"):
+            yield Label("Load a model", classes="dialog-title")
+            yield OptionList(
+                Option(DEFAULT_LABEL, id="model-default"),
+                *[Option(src, id=f"model-recent-{i}") for i, src in enumerate(self.recent)],
+                id="model-list",
+            )
+            yield Input(
+                self.current,
+                placeholder="model directory, .gguf file or hub id (empty = default)",
+                id="model-source",
+            )
+            with Horizontal(classes="field"):
+                yield Label("device", classes="field-name")
+                yield Select(
+                    [(d, d) for d in DEVICES],
+                    value=self.device,
+                    allow_blank=False,
+                    id="model-device",
+                )
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Load", variant="primary", id="load")
+                yield Button("Cancel (esc)", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#model-source", Input).focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        option_id = event.option.id or ""
+        source = "" if option_id == "model-default" else self.recent[int(option_id.rsplit("-")[-1])]
+        self.query_one("#model-source", Input).value = source
+        self._accept()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self._accept()
+
+    def _accept(self) -> None:
+        device = self.query_one("#model-device", Select).value
+        source = self.query_one("#model-source", Input).value.strip()
+        self.dismiss((source, str(device)))
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "load":
+            self._accept()
+        else:
+            self.dismiss(None)
