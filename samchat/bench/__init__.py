@@ -1,0 +1,1 @@
+"""Benchmarks shared by `samchat bench` and docs/benchmarks.md."""

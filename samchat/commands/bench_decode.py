@@ -1,0 +1,87 @@
+"""`samchat bench decode`: speed, MAT and lossless-ness of each method on Spec-Bench questions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from samchat.cli_options import add_model_options, spec_from_args
+
+
+def register_bench(sub: Any) -> None:
+    parser = sub.add_parser("decode", help="compare decoding methods on Spec-Bench questions")
+    parser.add_argument("--questions", type=Path, default=None, help="Spec-Bench-format JSONL")
+    parser.add_argument("--methods", default="plain,pld,sam,tr,sam+tr")
+    parser.add_argument("--per-category", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument(
+        "--warm-chats",
+        type=int,
+        default=0,
+        help="first chat through N questions per category (not evaluated) to grow the index",
+    )
+    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    parser.add_argument("--png", type=Path, default=None, help="chart of speedup by category")
+    add_model_options(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from samchat.bench.decode import (
+        DecodeBench,
+        default_questions_path,
+        format_table,
+        load_questions,
+        parse_methods,
+        pick,
+        plot,
+    )
+    from samchat.models import load_model
+
+    def say(msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    methods = parse_methods(args.methods)
+    path = args.questions or default_questions_path()
+    questions = load_questions(path)
+    evaluated = pick(questions, args.per_category, skip=args.warm_chats)
+    lm = load_model(spec_from_args(args), progress=say)
+    bench = DecodeBench(lm, methods, args.max_new_tokens, progress=say)
+    output: dict[str, Any] = {
+        "meta": {
+            "model": lm.name,
+            "device": str(lm.device),
+            "machine": platform.platform(),
+            "date": time.strftime("%Y-%m-%d"),
+            "questions": str(path),
+            "per_category": args.per_category,
+            "max_new_tokens": args.max_new_tokens,
+            "warm_chats": args.warm_chats,
+            "command": "samchat " + " ".join(sys.argv[1:]),
+        }
+    }
+    try:
+        cold = bench.run(evaluated).table()
+        output.update(cold)
+        print("## without warm-up\n" + format_table(cold))
+        tables = {"cold": cold}
+        if args.warm_chats:
+            bench.warm_up(pick(questions, args.warm_chats))
+            warm = bench.run(evaluated).table()
+            output["warm"] = warm
+            tables["warm"] = warm
+            print(f"\n## after {args.warm_chats} warm-up chats per category\n" + format_table(warm))
+    finally:
+        bench.close()
+    if args.json:
+        args.json.write_text(json.dumps(output, indent=2))
+    if args.png:
+        for name, table in tables.items():
+            target = args.png if name == "cold" else args.png.with_stem(args.png.stem + "-warm")
+            plot(table, target, f"{lm.name} on {lm.device}: speedup over plain ({name})")
+    return 0
