@@ -460,7 +460,7 @@ class Store:
                 )
                 hits += [SearchHit("document", r[0], r[1], r[2], r[3], source=r[4]) for r in rows]
         except sqlite3.OperationalError as exc:
-            if "fts5" in str(exc).lower() or "syntax" in str(exc).lower():
+            if raw:  # FTS5 reports bad syntax as many different OperationalErrors
                 raise StoreError(f"cannot parse the search query {query!r}: {exc}") from exc
             raise
         hits.sort(key=lambda h: h.rank)

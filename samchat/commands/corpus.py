@@ -1,0 +1,79 @@
+"""`samchat corpus list|add|remove`: corpus packs that ship with samchat."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from samchat.commands.import_ import print_summary
+from samchat.corpus.cli_support import (
+    add_data_dir,
+    add_model,
+    err_console,
+    open_index,
+    open_store,
+    out_console,
+    progress_bar,
+)
+from samchat.corpus.importer import import_paths
+from samchat.corpus.indexing import IndexManager, drop_from_indexes
+from samchat.corpus.packs import pack, packs
+from samchat.errors import ModelLoadError
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser("corpus", help="bundled corpus packs: list | add NAME | remove NAME")
+    p.add_argument("action", choices=("list", "add", "remove"))
+    p.add_argument("name", nargs="?", help="pack name (for add and remove)")
+    p.add_argument("--no-index", action="store_true", help="store only; do not index")
+    add_data_dir(p)
+    add_model(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action != "list" and not args.name:
+        from samchat.errors import SamchatError
+
+        raise SamchatError(f"`samchat corpus {args.action}` needs a pack name; see `corpus list`")
+    with open_store(args) as store:
+        if args.action == "list":
+            installed = store.corpora()
+            table = Table(box=None, pad_edge=False)
+            for col in ("name", "installed", "files", "license", "description"):
+                table.add_column(col)
+            for p in packs():
+                have = installed.get(p.name, 0)
+                table.add_row(
+                    p.name, f"yes ({have} docs)" if have else "no", str(len(p.files)),
+                    p.license, p.description,
+                )  # fmt: skip
+            out_console.print(table)
+            return 0
+        if args.action == "remove":
+            keys = {f"doc:{d.id}" for d in store.documents(corpus=args.name)}
+            n = store.delete_corpus(args.name)
+            drop_from_indexes(store, keys)
+            err_console.print(f"removed corpus {args.name}: {n} documents")
+            return 0
+        chosen = pack(args.name)
+        manager: IndexManager | None = None
+        if not args.no_index:
+            try:
+                manager = open_index(store, args)
+                manager.open()
+            except ModelLoadError as exc:
+                err_console.print(f"warning: not indexing ({exc})")
+        with progress_bar(f"adding {chosen.name}") as update:
+            summary = import_paths(
+                store,
+                list(chosen.files),
+                encode=manager.encode if manager is not None else None,
+                corpus=chosen.name,
+                progress=lambda done, total, path: update(done, total, path.name),
+            )
+        if manager is not None:
+            manager.sync()
+    print_summary(summary)
+    return 0

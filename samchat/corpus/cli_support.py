@@ -1,0 +1,91 @@
+"""Pieces the store and corpus commands share: options, opening things, progress bars."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from samchat.corpus.indexing import IndexManager, tokenizer_codec
+from samchat.store import Store
+
+err_console = Console(stderr=True, highlight=False)
+out_console = Console(highlight=False)
+
+
+def add_data_dir(parser: argparse.ArgumentParser) -> None:
+    # SUPPRESS: an absent sub-command option must not overwrite `samchat --data-dir X cmd`.
+    parser.add_argument(
+        "--data-dir",
+        default=argparse.SUPPRESS,
+        help="where chats, documents and the index live (env SAMCHAT_DATA_DIR)",
+    )
+
+
+def add_model(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        default=argparse.SUPPRESS,
+        help="whose tokenizer keys the static index (default: the bundled model)",
+    )
+
+
+def open_store(args: argparse.Namespace) -> Store:
+    from samchat.cli_options import apply_data_dir
+
+    apply_data_dir(args)  # also when given after the sub-command
+    return Store.open()
+
+
+def open_index(store: Store, args: argparse.Namespace) -> IndexManager:
+    """The index manager for the tokenizer of --model (loads the tokenizer only)."""
+    from samchat.cli_options import spec_from_args
+    from samchat.models.loader import load_tokenizer
+
+    spec = spec_from_args(args)
+    tokenizer, fingerprint = load_tokenizer(spec)
+    encode, separator = tokenizer_codec(tokenizer)
+    return IndexManager(store, fingerprint, encode, separator, model=spec.source or "default")
+
+
+@contextmanager
+def progress_bar(description: str) -> Iterator[Callable[[int, int, Any], None]]:
+    """A rich progress bar on stderr; yields a (done, total, what) callback."""
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[what]}", style="dim"),
+    )
+    with Progress(*columns, console=err_console, transient=False) as bar:
+        task = bar.add_task(description, total=None, what="")
+
+        def update(done: int, total: int, what: Any) -> None:
+            label = str(what)
+            bar.update(task, completed=done, total=total, what=label[-40:])
+
+        yield update
+
+
+def confirm(question: str) -> bool:
+    if not sys.stdin.isatty():
+        return False
+    try:
+        answer = input(f"{question} [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")

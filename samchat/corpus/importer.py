@@ -1,0 +1,155 @@
+"""`samchat import`: walk paths, read files, store each document or chat in one transaction."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from samchat.corpus.chatgpt import EXPORT_NAME, ExportedChat, read_export
+from samchat.corpus.readers import DEFAULT_MAX_BYTES, Skip, read_file
+from samchat.errors import ImportFailed
+from samchat.store import Store, content_hash
+
+Encode = Callable[[str], list[int]]
+# (files done, files total, current path)
+Progress = Callable[[int, int, Path], None]
+# Called after a document is committed, with its tokens (if an encoder was given).
+OnDocument = Callable[[int, list[int] | None], None]
+
+
+@dataclass
+class ImportSummary:
+    documents: list[tuple[Path, int]] = field(default_factory=list)  # (path, document id)
+    chats: int = 0
+    messages: int = 0
+    duplicates: list[Path] = field(default_factory=list)
+    skipped: list[tuple[Path, str]] = field(default_factory=list)  # (path, reason)
+    tokens: int = 0
+    chars: int = 0
+    seconds: float = 0.0
+
+    @property
+    def imported_anything(self) -> bool:
+        return bool(self.documents or self.chats)
+
+
+def collect_files(paths: Iterable[Path]) -> list[Path]:
+    """All files under `paths`, recursively, in a stable order. Hidden files and directories met
+    while walking are left out; a path named explicitly is always taken. A missing path is an
+    error before anything is imported."""
+    paths = list(paths)
+    for path in paths:
+        if not path.exists():
+            raise ImportFailed(f"no such file or directory: {path}")
+    out: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            out.append(path)
+            continue
+        for root, dirs, files in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            out.extend(Path(root) / f for f in sorted(files) if not f.startswith("."))
+    seen: set[Path] = set()
+    unique = []
+    for p in out:
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(p)
+    return unique
+
+
+def _store_chat(store: Store, chat: ExportedChat) -> int:
+    """One transaction per chat: it is there completely or not at all."""
+    with store.transaction():
+        chat_id = store.create_chat(
+            chat.title,
+            model=next((m.model for m in chat.messages if m.model), None),
+            source=f"chatgpt:{chat.source_id}",
+            created_at=chat.created_at,
+        )
+        ids: dict[str, int] = {}
+        for m in chat.messages:
+            ids[m.key] = store.add_message(
+                chat_id,
+                m.role,
+                m.content,
+                ids.get(m.parent_key) if m.parent_key else None,
+                model=m.model,
+                created_at=m.created_at,
+            )
+        if chat.updated_at is not None:
+            store.conn.execute(
+                "UPDATE chats SET updated_at = ? WHERE id = ?", (chat.updated_at, chat_id)
+            )
+    return len(chat.messages)
+
+
+def _import_export(store: Store, path: Path, summary: ImportSummary) -> None:
+    chats = read_export(path)
+    fresh = 0
+    for chat in chats:
+        if store.chat_by_source(f"chatgpt:{chat.source_id}") is not None:
+            continue
+        summary.messages += _store_chat(store, chat)
+        summary.chats += 1
+        fresh += 1
+    if chats and not fresh:
+        summary.duplicates.append(path)
+
+
+def import_paths(
+    store: Store,
+    paths: Sequence[Path],
+    *,
+    encode: Encode | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    corpus: str | None = None,
+    progress: Progress | None = None,
+    on_document: OnDocument | None = None,
+) -> ImportSummary:
+    """Import files and ChatGPT exports under `paths`. Per-file problems become skips with a
+    reason; only a missing path fails the whole import."""
+    start = time.perf_counter()
+    files = collect_files(paths)
+    summary = ImportSummary()
+    for done, path in enumerate(files):
+        if progress is not None:
+            progress(done, len(files), path)
+        try:
+            if path.name.lower() == EXPORT_NAME:
+                _import_export(store, path, summary)
+                continue
+            doc = read_file(path, max_bytes)
+        except Skip as why:
+            summary.skipped.append((path, str(why)))
+            continue
+        digest = content_hash(doc.text)
+        if store.has_document_hash(digest):
+            summary.duplicates.append(path)
+            continue
+        tokens = encode(doc.text) if encode is not None else None
+        doc_id = store.add_document(
+            str(path.resolve()),
+            doc.title,
+            doc.text,
+            doc.kind,
+            token_count=None if tokens is None else len(tokens),
+            corpus=corpus,
+            digest=digest,
+        )
+        if doc_id is None:  # another process stored the same text meanwhile
+            summary.duplicates.append(path)
+            continue
+        summary.documents.append((path, doc_id))
+        summary.chars += len(doc.text)
+        summary.tokens += len(tokens) if tokens is not None else 0
+        if on_document is not None:
+            on_document(doc_id, tokens)
+    if progress is not None and files:
+        progress(len(files), len(files), files[-1])
+    summary.seconds = time.perf_counter() - start
+    return summary

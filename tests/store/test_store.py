@@ -1,0 +1,152 @@
+"""The store on real SQLite files: chats, branches, stats, documents, search, file safety."""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from samchat.errors import StoreError
+from samchat.store import Store
+
+
+@dataclass
+class FakeReplyStats:  # the shape of samchat.decoding's ReplyStats
+    tokens: int = 40
+    seconds: float = 2.0
+    tokens_per_s: float = 20.0
+    steps: int = 16
+    mat: float = 2.5
+    accepted_by_drafter: dict[str, int] = field(default_factory=lambda: {"dyn": 10, "tr": 4})
+    speedup_est: float = 1.7
+    prefill_s: float = 0.1
+    ttft_s: float = 0.2
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store.open(tmp_path / "samchat.db")
+    yield s
+    s.close()
+
+
+def test_file_is_private_wal_with_foreign_keys(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "samchat.db"
+    with Store.open(path) as s:
+        s.create_chat("t")
+        assert s.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert s.conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        for p in (path, Path(f"{path}-wal")):
+            assert stat.S_IMODE(os.stat(p).st_mode) == 0o600, p
+
+
+def test_branches_thread_and_siblings(store: Store) -> None:
+    chat = store.create_chat("branches", "m", "be brief")
+    q = store.add_message(chat, "user", "question", None)
+    a1 = store.add_message(chat, "assistant", "first answer", q)
+    f1 = store.add_message(chat, "user", "follow-up", a1)
+    a2 = store.add_message(chat, "assistant", "regenerated answer", q)  # newest branch
+    assert [m.id for m in store.thread(chat)] == [q, a2]
+    # Picking the older sibling continues down its own newest descendants.
+    assert [m.id for m in store.thread(chat, a1)] == [q, a1, f1]
+    assert [m.id for m in store.siblings(a2)] == [a1, a2]
+    assert [m.id for m in store.siblings(q)] == [q]
+    assert [m.id for m in store.children(q)] == [a1, a2]
+    assert store.conversation(chat, f1) == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "question"},
+        {"role": "assistant", "content": "first answer"},
+        {"role": "user", "content": "follow-up"},
+    ]
+
+
+def test_stats_from_dataclass_and_dict(store: Store) -> None:
+    chat = store.create_chat("s")
+    q = store.add_message(chat, "user", "q", None)
+    a = store.add_message(chat, "assistant", "a", q, "m", FakeReplyStats(), finish_reason="eos")
+    row = store.message(a)
+    assert (row.tokens, row.seconds, row.steps, row.mat, row.speedup) == (40, 2.0, 16, 2.5, 1.7)
+    assert row.accepted_by_drafter == {"dyn": 10, "tr": 4}
+    assert row.finish_reason == "eos"
+    assert row.stats["ttft_s"] == 0.2
+    b = store.add_message(chat, "assistant", "b", q, stats={"tokens": 3, "speedup": 1.1})
+    assert (store.message(b).tokens, store.message(b).speedup) == (3, 1.1)
+    with pytest.raises(TypeError):
+        store.add_message(chat, "assistant", "c", q, stats=42)
+
+
+def test_chats_newest_first_rename_prompt_delete(store: Store) -> None:
+    old = store.create_chat("old")
+    new = store.create_chat("new")
+    store.add_message(old, "user", "bump", None)  # activity moves a chat to the top
+    assert [c.id for c in store.chats()] == [old, new]
+    assert store.chats()[0].message_count == 1
+    store.rename_chat(new, "renamed")
+    store.set_system_prompt(new, "you are terse")
+    assert (store.chat(new).title, store.chat(new).system_prompt) == ("renamed", "you are terse")
+    store.delete_chat(old)
+    assert store.counts()["messages"] == 0  # cascaded
+    with pytest.raises(StoreError, match="no chat"):
+        store.chat(old)
+
+
+def test_bad_writes_are_store_errors(store: Store) -> None:
+    chat = store.create_chat("a")
+    other = store.create_chat("b")
+    m = store.add_message(other, "user", "x", None)
+    with pytest.raises(StoreError, match="role"):
+        store.add_message(chat, "robot", "x", None)
+    with pytest.raises(StoreError, match="not in chat"):
+        store.add_message(chat, "assistant", "x", m)
+    with pytest.raises(StoreError, match="no chat"):
+        store.add_message(999, "user", "x", None)
+    assert store.counts()["messages"] == 1
+
+
+def test_documents_dedup_and_fts_search(store: Store) -> None:
+    text = "The software comes with NO WARRANTY at all."
+    d = store.add_document("/a.txt", "A", text, "text")
+    assert d is not None
+    assert store.add_document("/b.txt", "B", text, "text") is None
+    chat = store.create_chat("licensing talk")
+    store.add_message(chat, "user", "Is there a warranty on this program?", None)
+    store.add_message(chat, "user", "unrelated words", None)
+    hits = store.search("warranty")
+    assert {(h.kind, h.title) for h in hits} == {("document", "A"), ("message", "licensing talk")}
+    doc_hit = next(h for h in hits if h.kind == "document")
+    assert "[WARRANTY]" in doc_hit.snippet and doc_hit.source == "/a.txt"
+    # Porter stemming: "warranties" finds "warranty"; user text is not FTS syntax.
+    assert len(store.search("warranties")) == 2
+    assert store.search('NOT "unbalanced') == []
+    assert [h.kind for h in store.search("warranty", kinds=("message",))] == ["message"]
+    with pytest.raises(StoreError, match="cannot parse"):
+        store.search('"unbalanced', raw=True)
+    store.delete_document(d)
+    assert [h.kind for h in store.search("warranty")] == ["message"]
+
+
+def test_edits_are_searchable(store: Store) -> None:
+    chat = store.create_chat("c")
+    m = store.add_message(chat, "user", "alpha", None)
+    store.conn.execute("UPDATE messages SET content = 'omega' WHERE id = ?", (m,))
+    store.conn.commit()
+    assert store.search("alpha") == [] and len(store.search("omega")) == 1
+
+
+def test_index_keys_and_texts(store: Store) -> None:
+    chat = store.create_chat("c", system_prompt="sys")
+    store.add_message(chat, "system", "system text is not indexed", None)
+    u = store.add_message(chat, "user", "hello", None)
+    d = store.add_document("/x", "X", "doc text", "text")
+    assert store.index_keys() == {f"msg:{u}", f"doc:{d}"}
+    assert store.text_for_key(f"msg:{u}") == "hello"
+    assert store.text_for_key(f"doc:{d}") == "doc text"
+    assert store.text_for_key("msg:9999") is None and store.text_for_key("bogus") is None
+
+
+def test_directory_as_database_path(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="directory"):
+        Store.open(tmp_path)
