@@ -513,39 +513,76 @@ class MappedAutomaton(Automaton):
         dsts.extend(self.edst[lo:hi].tolist())
 
 
+class DeadSpans:
+    """Sorted, disjoint token spans [start, end) of removed documents, shared by cursors."""
+
+    starts: vec[i32]
+    ends: vec[i32]
+    version: i64
+
+    def __init__(self) -> None:
+        self.starts = vec[i32]()
+        self.ends = vec[i32]()
+        self.version = 0
+
+    def set(self, starts: list[int], ends: list[int]) -> None:
+        if len(starts) != len(ends):
+            raise ValueError("starts and ends differ in length")
+        self.starts = vec[i32]([i32(x) for x in starts])
+        self.ends = vec[i32]([i32(x) for x in ends])
+        self.version += 1
+
+    def size(self) -> int:
+        return len(self.starts)
+
+    def covers(self, end: i64) -> bool:
+        """Whether the occurrence ending (exclusive) at `end` lies in a removed document."""
+        n: i64 = len(self.starts)
+        if n == 0 or end <= 0:
+            return False
+        pos: i64 = end - 1
+        lo: i64 = 0
+        hi: i64 = n
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if i64(self.starts[mid]) <= pos:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo > 0 and pos < i64(self.ends[lo - 1])
+
+
 class MatchCursor:
     """The longest suffix of the fed tokens that occurs in the automaton's text.
 
-    `dead_starts`/`dead_ends` (sorted, disjoint token spans) mark removed documents: a match or
-    draft whose first occurrence ends inside one is cut back to a shorter match that does not.
+    `dead` marks removed documents: a match or draft whose first occurrence ends inside one is
+    cut back to a shorter match that does not. Drafts never contain `stop_token`.
     """
 
     sam: Automaton
     state: i64
     mlen: i64
     stop: i64
-    dead_starts: vec[i32]
-    dead_ends: vec[i32]
+    dead: DeadSpans
+    seen_version: i64
     eff_state: i64
     eff_len: i64
     eff_valid: bool
 
-    def __init__(self, sam: Automaton, stop_token: int = -1) -> None:
+    def __init__(self, sam: Automaton, stop_token: int = -1, dead: DeadSpans | None = None) -> None:
         self.sam = sam
         self.stop = stop_token
-        self.dead_starts = vec[i32]()
-        self.dead_ends = vec[i32]()
+        self.dead = dead if dead is not None else DeadSpans()
+        self.seen_version = -1
         self.state = ROOT
         self.mlen = 0
         self.eff_state = ROOT
         self.eff_len = 0
-        self.eff_valid = True
+        self.eff_valid = False
 
     def set_dead_spans(self, starts: list[int], ends: list[int]) -> None:
         """Token spans [start, end) of removed documents, sorted and disjoint."""
-        self.dead_starts = vec[i32]([i32(x) for x in starts])
-        self.dead_ends = vec[i32]([i32(x) for x in ends])
-        self.eff_valid = False
+        self.dead.set(starts, ends)
 
     def reset(self) -> None:
         self.state = ROOT
@@ -555,9 +592,7 @@ class MatchCursor:
         self.eff_valid = True
 
     def copy(self) -> "MatchCursor":
-        other = MatchCursor(self.sam, self.stop)
-        other.dead_starts = self.dead_starts
-        other.dead_ends = self.dead_ends
+        other = MatchCursor(self.sam, self.stop, self.dead)
         other.state = self.state
         other.mlen = self.mlen
         other.eff_valid = False
@@ -596,24 +631,12 @@ class MatchCursor:
             self.feed(t)
 
     def _dead(self, end: i64) -> bool:
-        """Whether the occurrence ending (exclusive) at `end` lies in a removed document."""
-        n: i64 = len(self.dead_starts)
-        if n == 0 or end <= 0:
-            return False
-        pos: i64 = end - 1
-        lo: i64 = 0
-        hi: i64 = n
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if i64(self.dead_starts[mid]) <= pos:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo > 0 and pos < i64(self.dead_ends[lo - 1])
+        return len(self.dead.starts) > 0 and self.dead.covers(end)
 
     def _effective(self) -> None:
-        if self.eff_valid:
+        if self.eff_valid and self.seen_version == self.dead.version:
             return
+        self.seen_version = self.dead.version
         sam = self.sam
         s: i64 = self.state
         ln: i64 = self.mlen
@@ -746,3 +769,76 @@ class MatchCursor:
             heapq.heappush(heap, (-(score * c2 / float(total)), seq, -negt, d2, node, depth))
             seq += 1
         return seq
+
+
+class MultiCursor:
+    """One MatchCursor per automaton (index segments); answers with the best of them.
+
+    Best = the longest match; ties go to the match with more occurrences, then to the earlier
+    cursor. `segment` says which cursor answered (-1 without a match).
+    """
+
+    cursors: list[MatchCursor]
+
+    def __init__(self, cursors: list[MatchCursor]) -> None:
+        self.cursors = cursors
+
+    def feed(self, token: int) -> None:
+        for c in self.cursors:
+            c.feed(token)
+
+    def feed_many(self, tokens: list[int]) -> None:
+        for t in tokens:
+            self.feed(t)
+
+    def reset(self) -> None:
+        for c in self.cursors:
+            c.reset()
+
+    def _choose(self) -> i64:
+        # Not cached: removing a document can change the answer without a feed.
+        best: i64 = -1
+        best_len: i64 = 0
+        best_cnt: i64 = 0
+        for i in range(len(self.cursors)):
+            cur = self.cursors[i]
+            ln: i64 = cur.match_len
+            if ln == 0 or ln < best_len:
+                continue
+            occ: i64 = cur.occurrences
+            if ln > best_len or occ > best_cnt:
+                best = i
+                best_len = ln
+                best_cnt = occ
+        return best
+
+    @property
+    def segment(self) -> int:
+        return self._choose()
+
+    @property
+    def match_len(self) -> int:
+        b = self._choose()
+        return 0 if b < 0 else self.cursors[b].match_len
+
+    @property
+    def end_pos(self) -> int:
+        b = self._choose()
+        return 0 if b < 0 else self.cursors[b].end_pos
+
+    @property
+    def occurrences(self) -> int:
+        b = self._choose()
+        return 0 if b < 0 else self.cursors[b].occurrences
+
+    def draft(self, n: int) -> list[int]:
+        b = self._choose()
+        if b < 0:
+            return []
+        return self.cursors[b].draft(n)
+
+    def draft_tree(self, max_nodes: int, max_depth: int, topk: int) -> tuple[list[int], list[int]]:
+        b = self._choose()
+        if b < 0:
+            return [], []
+        return self.cursors[b].draft_tree(max_nodes, max_depth, topk)

@@ -1,0 +1,492 @@
+"""The static index: suffix automata over many documents, kept on disk and memory-mapped.
+
+A directory holds `manifest.json` (format, tokenizer fingerprint, separator, segment files,
+tombstones) and segment files. Documents are joined as `doc sep doc sep ...`. New documents go
+to an in-memory tail; `flush()` freezes the tail into a new segment and merges segments when
+there are too many. Removing a document tombstones it at once (cursors stop drafting from it)
+and compaction drops its tokens.
+
+Segment file (little header + raw arrays, no pickle):
+    8 bytes  magic b"SAMIDX\\0\\1"
+    4 bytes  format version (u32, little-endian)
+    4 bytes  header length H (u32)
+    4 bytes  crc32 of the header (u32)
+    H bytes  UTF-8 JSON header: fingerprint, separator, byte order, documents, and for every
+             array its name, offset, item count and crc32
+    arrays   native int32, each at an 8-byte aligned offset
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import mmap
+import os
+import struct
+import sys
+import zlib
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from samchat.errors import IndexCorruptError, SamchatError
+from samchat.sam import impl
+
+if TYPE_CHECKING:
+    from samchat.sam.automaton import (
+        Automaton,
+        DeadSpans,
+        MatchCursor,
+        MultiCursor,
+        SuffixAutomaton,
+    )
+
+MAGIC = b"SAMIDX\x00\x01"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 1
+_PREFIX = struct.Struct("<8sIII")
+_ALIGN = 8
+# Above this many segments flush() merges the smallest ones.
+MAX_SEGMENTS = 8
+# Checksums of big arrays run in threads: zlib releases the GIL.
+_PARALLEL_CRC_BYTES = 1 << 24
+
+if TYPE_CHECKING:
+    IndexCursor = MultiCursor
+else:
+    IndexCursor = impl.MultiCursor
+
+
+@dataclass
+class DocSpan:
+    doc_id: str
+    serial: int
+    start: int
+    end: int  # exclusive; the separator follows at `end`
+
+
+@dataclass
+class Segment:
+    name: str
+    sam: Automaton
+    docs: list[DocSpan]
+    nbytes: int
+    mapping: mmap.mmap | None
+    dead: DeadSpans
+
+
+def _crc(buf: memoryview | bytes) -> int:
+    return zlib.crc32(buf) & 0xFFFFFFFF
+
+
+def _crc_many(views: list[memoryview]) -> list[int]:
+    total = sum(v.nbytes for v in views)
+    if total < _PARALLEL_CRC_BYTES:
+        return [_crc(v) for v in views]
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        return list(pool.map(_crc, views))
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_segment(
+    path: Path, sam: SuffixAutomaton, docs: list[DocSpan], fingerprint: str, separator: int
+) -> int:
+    """Write a frozen automaton as a segment file; returns its size in bytes."""
+    arrays = sam.arrays()
+    entries: list[dict[str, Any]] = []
+    # Offsets depend on the header length, which depends on the offsets' digits: fix the
+    # header size first with placeholder offsets, then fill them in.
+    for name, arr in arrays:
+        entries.append({"name": name, "count": len(arr), "crc": _crc(memoryview(arr)), "offset": 0})
+    header: dict[str, Any] = {
+        "fingerprint": fingerprint,
+        "separator": separator,
+        "byteorder": sys.byteorder,
+        "n_tokens": sam.n_tokens,
+        "n_states": sam.n_states,
+        "docs": [[d.doc_id, d.serial, d.start, d.end] for d in docs],
+        "arrays": entries,
+    }
+    for _ in range(3):
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        pos = _PREFIX.size + len(raw)
+        for entry in entries:
+            pos = (pos + _ALIGN - 1) // _ALIGN * _ALIGN
+            entry["offset"] = pos
+            pos += 4 * entry["count"]
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(_PREFIX.pack(MAGIC, FORMAT_VERSION, len(raw), _crc(raw)))
+        f.write(raw)
+        for entry, (_, arr) in zip(entries, arrays, strict=True):
+            here = f.tell()
+            if here > entry["offset"]:  # pragma: no cover - the loop above converges
+                raise SamchatError("internal error: segment layout did not converge")
+            f.write(b"\0" * (entry["offset"] - here))
+            f.write(memoryview(arr))
+        size = f.tell()
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return size
+
+
+def read_segment(path: Path, fingerprint: str, separator: int) -> Segment:
+    """Memory-map a segment file, checking its header, size and checksums."""
+    where = f"static index segment {path}"
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < _PREFIX.size:
+                raise IndexCorruptError(f"{where} is truncated; rebuild the index")
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        msg = f"{where} cannot be read ({exc.strerror}); rebuild the index"
+        raise IndexCorruptError(msg) from exc
+    ok = False
+    try:
+        magic, version, hlen, hcrc = _PREFIX.unpack_from(mm, 0)
+        if magic != MAGIC:
+            raise IndexCorruptError(f"{where} is not a samchat index file; rebuild the index")
+        if version != FORMAT_VERSION:
+            raise IndexCorruptError(
+                f"{where} has format version {version}, this samchat reads {FORMAT_VERSION}; "
+                "rebuild the index"
+            )
+        if _PREFIX.size + hlen > size:
+            raise IndexCorruptError(f"{where} is truncated; rebuild the index")
+        raw = mm[_PREFIX.size : _PREFIX.size + hlen]
+        if _crc(raw) != hcrc:
+            raise IndexCorruptError(f"{where} has a corrupt header; rebuild the index")
+        try:
+            header = json.loads(raw)
+            if header["fingerprint"] != fingerprint:
+                raise IndexCorruptError(
+                    f"{where} was built with another tokenizer; rebuild the index"
+                )
+            if header["separator"] != separator:
+                raise IndexCorruptError(
+                    f"{where} was built with another separator token; rebuild the index"
+                )
+            if header["byteorder"] != sys.byteorder:
+                raise IndexCorruptError(
+                    f"{where} was written on a machine of another byte order; rebuild the index"
+                )
+            entries = header["arrays"]
+            names = [e["name"] for e in entries]
+            docs = [DocSpan(str(d[0]), int(d[1]), int(d[2]), int(d[3])) for d in header["docs"]]
+            spans = [(int(e["offset"]), int(e["count"]), int(e["crc"])) for e in entries]
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise IndexCorruptError(f"{where} has an unreadable header; rebuild the index") from exc
+        if tuple(names) != impl.ARRAY_NAMES:
+            raise IndexCorruptError(f"{where} has an unexpected layout; rebuild the index")
+        whole = memoryview(mm)
+        views: list[memoryview] = []
+        for offset, count, _ in spans:
+            if offset < 0 or count < 0 or offset % _ALIGN or offset + 4 * count > size:
+                raise IndexCorruptError(f"{where} is truncated; rebuild the index")
+            views.append(whole[offset : offset + 4 * count].cast("i"))
+        for (_, _, want), got, name in zip(spans, _crc_many(views), names, strict=True):
+            if want != got:
+                raise IndexCorruptError(
+                    f"{where} is corrupt (checksum of {name} differs); rebuild the index"
+                )
+        n_tok, n_st = len(views[0]), len(views[2])
+        if (
+            n_tok != header.get("n_tokens")
+            or n_st != header.get("n_states")
+            or any(len(views[i]) != n_st for i in (1, 3, 4))
+            or len(views[5]) != n_st + 1
+            or len(views[6]) != len(views[7])
+        ):
+            raise IndexCorruptError(f"{where} has inconsistent array sizes; rebuild the index")
+        sam = impl.MappedAutomaton(views)
+        ok = True
+        return Segment(path.name, sam, docs, size, mm, impl.DeadSpans())
+    finally:
+        if not ok:
+            # Views still alive keep the map; it closes when they are collected.
+            with contextlib.suppress(BufferError):
+                mm.close()
+
+
+class StaticIndex:
+    """A growable, versioned, memory-mapped set of suffix automata over documents."""
+
+    def __init__(
+        self,
+        directory: Path,
+        fingerprint: str,
+        separator: int,
+        segments: list[Segment],
+        removed: set[int],
+        next_serial: int,
+        next_segment: int,
+    ) -> None:
+        self.directory = directory
+        self.fingerprint = fingerprint
+        self.separator = separator
+        self.segments = segments
+        self.removed = removed
+        self.next_serial = next_serial
+        self.next_segment = next_segment
+        self._tail: SuffixAutomaton = impl.SuffixAutomaton()
+        self._tail_docs: list[DocSpan] = []
+        self._tail_dead: DeadSpans = impl.DeadSpans()
+        for seg in segments:
+            self._mark_dead(seg.docs, seg.dead)
+
+    # -- opening ----------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: Path, fingerprint: str, separator: int) -> StaticIndex:
+        """Open the index in `directory`, creating it if missing.
+
+        Raises IndexCorruptError for a corrupt or truncated file, or an index built with another
+        tokenizer; the caller rebuilds it (see `recreate`).
+        """
+        directory = Path(directory)
+        manifest = directory / MANIFEST
+        if not manifest.exists():
+            directory.mkdir(parents=True, exist_ok=True)
+            index = cls(directory, fingerprint, separator, [], set(), 0, 0)
+            index._write_manifest()
+            return index
+        where = f"static index manifest {manifest}"
+        try:
+            data = json.loads(manifest.read_text(encoding="utf-8"))
+            fmt = data["format"]
+            seg_names = [str(s) for s in data["segments"]]
+            removed = {int(x) for x in data["removed"]}
+            next_serial = int(data["next_serial"])
+            next_segment = int(data["next_segment"])
+            old_fp = str(data["fingerprint"])
+            old_sep = int(data["separator"])
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            raise IndexCorruptError(f"{where} is unreadable; rebuild the index") from exc
+        if fmt != MANIFEST_FORMAT:
+            raise IndexCorruptError(f"{where} has format {fmt}; rebuild the index")
+        if old_fp != fingerprint:
+            raise IndexCorruptError(
+                f"static index in {directory} was built with another tokenizer; rebuild the index"
+            )
+        if old_sep != separator:
+            raise IndexCorruptError(
+                f"static index in {directory} uses separator {old_sep}, not {separator}; "
+                "rebuild the index"
+            )
+        segments = [read_segment(directory / n, fingerprint, separator) for n in seg_names]
+        index = cls(directory, fingerprint, separator, segments, removed, next_serial, next_segment)
+        index._remove_orphans()
+        return index
+
+    @classmethod
+    def recreate(cls, directory: Path, fingerprint: str, separator: int) -> StaticIndex:
+        """Delete this index's files in `directory` (nothing else) and start an empty index."""
+        directory = Path(directory)
+        if directory.exists():
+            for p in directory.iterdir():
+                if p.name == MANIFEST or p.name.endswith((".sam", ".sam.tmp", ".json.tmp")):
+                    p.unlink()
+        return cls.open(directory, fingerprint, separator)
+
+    def _remove_orphans(self) -> None:
+        """Segment files left by an interrupted flush or compaction (not in the manifest)."""
+        live = {s.name for s in self.segments}
+        for p in self.directory.iterdir():
+            if (p.name.endswith(".sam") and p.name not in live) or p.name.endswith(".tmp"):
+                p.unlink(missing_ok=True)
+
+    def _write_manifest(self) -> None:
+        data = {
+            "format": MANIFEST_FORMAT,
+            "fingerprint": self.fingerprint,
+            "separator": self.separator,
+            "segments": [s.name for s in self.segments],
+            "removed": sorted(self.removed),
+            "next_serial": self.next_serial,
+            "next_segment": self.next_segment,
+        }
+        _atomic_write(self.directory / MANIFEST, json.dumps(data, indent=1).encode())
+
+    # -- documents --------------------------------------------------------------------------
+
+    def _live_spans(self) -> list[tuple[int, DocSpan]]:
+        """(segment number or -1 for the tail, span) of every live document."""
+        out: list[tuple[int, DocSpan]] = []
+        for i, seg in enumerate(self.segments):
+            out.extend((i, d) for d in seg.docs if d.serial not in self.removed)
+        out.extend((-1, d) for d in self._tail_docs if d.serial not in self.removed)
+        return out
+
+    def has_document(self, doc_id: str) -> bool:
+        return any(d.doc_id == doc_id for _, d in self._live_spans())
+
+    def document_ids(self) -> set[str]:
+        return {d.doc_id for _, d in self._live_spans()}
+
+    def add_document(self, doc_id: str, tokens: Sequence[int]) -> None:
+        """Add a document to the in-memory tail (persisted by flush()); replaces a live one."""
+        toks = [int(t) for t in tokens]
+        if self.separator in toks:
+            raise SamchatError(f"document {doc_id!r} contains the separator token; cannot index it")
+        if any(t < 0 or t > 0x7FFFFFFF for t in toks):
+            raise SamchatError(f"document {doc_id!r} has a token id out of range")
+        if self.has_document(doc_id):
+            self.remove_document(doc_id)
+        start = self._tail.n_tokens
+        for t in toks:
+            self._tail.extend(t)
+        self._tail.extend(self.separator)
+        self._tail_docs.append(DocSpan(doc_id, self.next_serial, start, start + len(toks)))
+        self.next_serial += 1
+
+    def remove_document(self, doc_id: str) -> None:
+        """Stop drafting from a document at once; its tokens go at the next compaction."""
+        serials = {d.serial for _, d in self._live_spans() if d.doc_id == doc_id}
+        if not serials:
+            return
+        self.removed |= serials
+        self._write_manifest()
+        for seg in self.segments:
+            self._mark_dead(seg.docs, seg.dead)
+        self._mark_dead(self._tail_docs, self._tail_dead)
+
+    def _mark_dead(self, docs: list[DocSpan], dead: DeadSpans) -> None:
+        spans = sorted((d.start, d.end) for d in docs if d.serial in self.removed)
+        if spans or dead.size():
+            dead.set([a for a, _ in spans], [b for _, b in spans])
+
+    # -- persistence ------------------------------------------------------------------------
+
+    def _segment_path(self) -> Path:
+        name = f"seg-{self.next_segment:06d}.sam"
+        self.next_segment += 1
+        return self.directory / name
+
+    def _build(
+        self, pieces: list[tuple[str, int, list[int]]]
+    ) -> tuple[SuffixAutomaton, list[DocSpan]]:
+        total = sum(len(t) + 1 for _, _, t in pieces)
+        sam = impl.SuffixAutomaton(total)
+        docs: list[DocSpan] = []
+        for doc_id, serial, toks in pieces:
+            start = sam.n_tokens
+            for t in toks:
+                sam.extend(t)
+            sam.extend(self.separator)
+            docs.append(DocSpan(doc_id, serial, start, start + len(toks)))
+        sam.freeze()
+        return sam, docs
+
+    def _doc_tokens(self, sam: Automaton, span: DocSpan) -> list[int]:
+        return [sam.token_at(p) for p in range(span.start, span.end)]
+
+    def _write_new_segment(self, sam: SuffixAutomaton, docs: list[DocSpan]) -> Segment:
+        path = self._segment_path()
+        write_segment(path, sam, docs, self.fingerprint, self.separator)
+        return read_segment(path, self.fingerprint, self.separator)
+
+    def flush(self) -> None:
+        """Write the tail as a new segment; merge segments when there are too many."""
+        live_tail = [d for d in self._tail_docs if d.serial not in self.removed]
+        if live_tail:
+            if len(live_tail) == len(self._tail_docs):
+                sam = self._tail
+                sam.freeze()
+                docs = live_tail
+            else:
+                pieces = [(d.doc_id, d.serial, self._doc_tokens(self._tail, d)) for d in live_tail]
+                sam, docs = self._build(pieces)
+            self.segments.append(self._write_new_segment(sam, docs))
+        self.removed -= {d.serial for d in self._tail_docs}
+        self._tail = impl.SuffixAutomaton()
+        self._tail_docs = []
+        self._tail_dead = impl.DeadSpans()
+        if len(self.segments) > MAX_SEGMENTS:
+            by_size = sorted(range(len(self.segments)), key=lambda i: self.segments[i].sam.n_tokens)
+            self._merge(sorted(by_size[: MAX_SEGMENTS // 2 + 1]))
+        else:
+            self._write_manifest()
+
+    def compact(self) -> None:
+        """Flush, then merge every segment into one, dropping removed documents."""
+        self.flush()
+        if len(self.segments) > 1 or self.removed:
+            self._merge(list(range(len(self.segments))))
+
+    def _merge(self, which: list[int]) -> None:
+        chosen = [self.segments[i] for i in which]
+        pieces = [
+            (d.doc_id, d.serial, self._doc_tokens(seg.sam, d))
+            for seg in chosen
+            for d in seg.docs
+            if d.serial not in self.removed
+        ]
+        dropped = {d.serial for seg in chosen for d in seg.docs}
+        keep = [s for i, s in enumerate(self.segments) if i not in set(which)]
+        if pieces:
+            sam, docs = self._build(pieces)
+            merged = self._write_new_segment(sam, docs)
+            # The merged segment takes the place of the first merged one (order = age).
+            keep.insert(min(which), merged)
+        self.segments = keep
+        self.removed -= dropped
+        self._write_manifest()
+        for seg in chosen:
+            (self.directory / seg.name).unlink(missing_ok=True)
+            self._release(seg)
+
+    @staticmethod
+    def _release(seg: Segment) -> None:
+        seg.sam = impl.SuffixAutomaton()
+        if seg.mapping is not None:
+            # A cursor may still read it; then the map closes with the cursor.
+            with contextlib.suppress(BufferError):
+                seg.mapping.close()
+            seg.mapping = None
+
+    def close(self) -> None:
+        for seg in self.segments:
+            self._release(seg)
+        self.segments = []
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def cursor(self) -> MultiCursor:
+        """A cursor over every segment and the tail. Removals reach it at once; documents
+        added or merged after it was made do not: make a new one after flush()/compact()."""
+        cursors: list[MatchCursor] = [
+            impl.MatchCursor(seg.sam, self.separator, seg.dead) for seg in self.segments
+        ]
+        if self._tail_docs:
+            cursors.append(impl.MatchCursor(self._tail, self.separator, self._tail_dead))
+        multi: MultiCursor = impl.MultiCursor(cursors)
+        return multi
+
+    def stats(self) -> dict[str, int | float]:
+        tokens = sum(s.sam.n_tokens for s in self.segments)
+        states = sum(s.sam.n_states for s in self.segments)
+        disk = sum(s.nbytes for s in self.segments)
+        return {
+            "tokens": tokens,
+            "states": states,
+            "segments": len(self.segments),
+            "documents": len(self._live_spans()),
+            "removed": len(self.removed),
+            "tail_tokens": self._tail.n_tokens,
+            "bytes": disk,
+            "bytes_per_token": disk / tokens if tokens else 0.0,
+        }
