@@ -15,7 +15,7 @@ from samchat.corpus.cli_support import (
     open_store,
     progress_bar,
 )
-from samchat.corpus.importer import ImportSummary, import_paths
+from samchat.corpus.importer import ImportSummary, collect_files, import_paths
 from samchat.corpus.indexing import IndexManager
 from samchat.corpus.readers import DEFAULT_MAX_BYTES
 from samchat.errors import ModelLoadError, SamchatError
@@ -72,6 +72,7 @@ def print_summary(summary: ImportSummary) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.max_size <= 0:
         raise SamchatError("--max-size must be a positive number of megabytes")
+    files = collect_files(args.paths)  # a missing path stops us before anything is written
     with open_store(args) as store:
         manager: IndexManager | None = None
         if not args.no_index:
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         with progress_bar("importing") as update:
             summary = import_paths(
                 store,
-                args.paths,
+                files,
                 encode=encode,
                 max_bytes=int(args.max_size * 2**20),
                 progress=lambda done, total, path: update(done, total, path.name),

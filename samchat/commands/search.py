@@ -7,7 +7,7 @@ import json
 
 from rich.markup import escape
 
-from samchat.corpus.cli_support import add_data_dir, open_store, out_console
+from samchat.corpus.cli_support import add_data_dir, err_console, open_store, out_console
 
 _OPEN, _CLOSE = "\x02", "\x03"  # marks that cannot occur in text, replaced by styling
 
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         hits = store.search(query, args.limit, kinds=kinds, mark=(_OPEN, _CLOSE), raw=args.raw)
     if not hits:
-        out_console.print(f"no matches for {escape(query)}")
+        err_console.print(f"no matches for {escape(query)}")
         return 1
     for h in hits:
         if h.kind == "message":

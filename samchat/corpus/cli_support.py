@@ -21,8 +21,8 @@ from rich.progress import (
 from samchat.corpus.indexing import IndexManager, tokenizer_codec
 from samchat.store import Store
 
-err_console = Console(stderr=True, highlight=False)
-out_console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+out_console = Console(highlight=False, soft_wrap=True)
 
 
 def add_data_dir(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +62,11 @@ def open_index(store: Store, args: argparse.Namespace) -> IndexManager:
 
 @contextmanager
 def progress_bar(description: str) -> Iterator[Callable[[int, int, Any], None]]:
-    """A rich progress bar on stderr; yields a (done, total, what) callback."""
+    """A rich progress bar on stderr; yields a (done, total, what) callback. Without a
+    terminal (scripts, logs, tests) it stays silent: the summary lines say what happened."""
+    if not err_console.is_terminal:
+        yield lambda done, total, what: None
+        return
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),

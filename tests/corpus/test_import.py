@@ -1,0 +1,151 @@
+"""`samchat import` on real directories: formats, duplicates, skips, chats, bad inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pdf_sample import make_pdf
+from test_chatgpt import export_with_branch
+
+from samchat.cli import main
+from samchat.corpus.importer import import_paths
+from samchat.errors import ImportFailed
+from samchat.store import Store
+
+
+def _library(root: Path) -> Path:
+    lib = root / "lib"
+    (lib / "sub" / "deeper").mkdir(parents=True)
+    (lib / ".git").mkdir()
+    (lib / "readme.md").write_text("# Readme\n\nsamchat drafts with suffix automata.\n")
+    (lib / "sub" / "guide.rst").write_text("Guide\n=====\n\nThe guide explains drafting.\n")
+    (lib / "sub" / "deeper" / "code.py").write_text("def draft():\n    return 'automata'\n")
+    (lib / "sub" / "copy.txt").write_text("# Readme\n\nsamchat drafts with suffix automata.\n")
+    (lib / "blob.bin").write_bytes(bytes(range(256)))
+    (lib / "latin.txt").write_bytes("na\xefve".encode("latin-1"))
+    (lib / ".git" / "config").write_text("hidden, never imported")
+    make_pdf(lib / "paper.pdf", ["Automata paper text."], "Automata")
+    (lib / "conversations.json").write_text(json.dumps(export_with_branch()))
+    return lib
+
+
+def test_import_directory(tmp_path: Path) -> None:
+    lib = _library(tmp_path)
+    seen: list[int] = []
+    with Store.open(tmp_path / "db.sqlite") as store:
+        summary = import_paths(store, [lib], progress=lambda d, t, p: seen.append(d))
+        assert {p.name for p, _ in summary.documents} == {
+            "readme.md", "guide.rst", "code.py", "paper.pdf"
+        }  # fmt: skip
+        assert [p.name for p in summary.duplicates] == ["copy.txt"]
+        assert {p.name: r for p, r in summary.skipped} == {
+            "blob.bin": "binary file",
+            "latin.txt": "not UTF-8 text (byte 0xef at offset 2); convert it to UTF-8 first",
+        }
+        assert (summary.chats, summary.messages) == (1, 4)
+        assert seen[-1] == 8 and seen == sorted(seen)
+        kinds = {d.title: d.kind for d in store.documents()}
+        assert kinds == {"Readme": "markdown", "Guide": "rst", "code.py": "code", "Automata": "pdf"}
+        chat = store.chats()[0]
+        assert (chat.title, chat.source, chat.message_count) == ("SAM chat", "chatgpt:conv-1", 4)
+        assert [m.content for m in store.thread(chat.id)] == [
+            "What is a suffix automaton?", "The minimal automaton of suffixes.", "Thanks!"
+        ]  # fmt: skip
+        # Importing again adds nothing: documents by content hash, chats by conversation id.
+        again = import_paths(store, [lib])
+        assert not again.documents and again.chats == 0 and len(again.duplicates) == 6
+        assert store.counts() == {"chats": 1, "messages": 4, "documents": 4}
+
+
+def test_token_counts_and_callback(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("one two three")
+    got: list[tuple[int, list[int] | None]] = []
+    with Store.open(tmp_path / "db.sqlite") as store:
+        summary = import_paths(
+            store,
+            [tmp_path / "a.txt"],
+            encode=lambda text: [len(w) for w in text.split()],
+            on_document=lambda doc_id, tokens: got.append((doc_id, tokens)),
+        )
+        assert summary.tokens == 3 and got == [(1, [3, 3, 5])]
+        assert store.documents()[0].token_count == 3
+
+
+def test_missing_path_fails_before_importing(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("fine")
+    with Store.open(tmp_path / "db.sqlite") as store:
+        with pytest.raises(ImportFailed, match=r"no such file or directory: .*nope"):
+            import_paths(store, [tmp_path / "a.txt", tmp_path / "nope"])
+        assert store.counts()["documents"] == 0
+
+
+def test_unreadable_file_is_a_skip(tmp_path: Path) -> None:
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "dangling.txt").symlink_to(tmp_path / "gone.txt")
+    with Store.open(tmp_path / "db.sqlite") as store:
+        summary = import_paths(store, [d])
+    assert summary.skipped == [(d / "dangling.txt", "cannot read (No such file or directory)")]
+
+
+def _cli(tmp_path: Path, *args: str) -> int:
+    return main(["import", "--no-index", "--data-dir", str(tmp_path / "data"), *args])
+
+
+def test_cli_bad_inputs_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _cli(tmp_path, str(tmp_path / "missing")) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"error: no such file or directory: {tmp_path / 'missing'}"
+
+    bins = tmp_path / "bins"
+    bins.mkdir()
+    for i in range(3):
+        (bins / f"f{i}.bin").write_bytes(b"\x00\x01\x02" * 10)
+    assert _cli(tmp_path, str(bins)) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert [ln for ln in lines if ln.startswith("skipped")] == [
+        f"skipped {bins / f'f{i}.bin'}: binary file" for i in range(3)
+    ]
+    assert lines[-1].startswith("imported 0 documents") and "3 skipped" in lines[-1]
+
+    bad = tmp_path / "export" / "conversations.json"
+    bad.parent.mkdir()
+    bad.write_text('{"not": "a list"}')
+    assert _cli(tmp_path, str(bad)) == 1
+    err = capsys.readouterr().err
+    assert f"skipped {bad}: malformed ChatGPT export: expected a list" in err
+
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes(b"\xff\xfe bad")
+    assert _cli(tmp_path, str(latin)) == 1
+    assert f"skipped {latin}: not UTF-8 text (byte 0xff at offset 0)" in capsys.readouterr().err
+
+
+def test_cli_import_history_search_export_rm(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lib = _library(tmp_path)
+    data = ["--data-dir", str(tmp_path / "data")]
+    assert _cli(tmp_path, str(lib)) == 0
+    err = capsys.readouterr().err
+    assert "imported 4 documents and 1 chats (4 messages)" in err and "docs/s" in err
+    assert main(["history", *data]) == 0
+    assert "SAM chat" in capsys.readouterr().out
+    assert main(["search", "automata", *data]) == 0
+    out = capsys.readouterr().out
+    assert "Readme" in out and "suffix automata" in out
+    assert main(["search", "zebra", *data]) == 1
+    assert capsys.readouterr().err.strip() == "no matches for zebra"
+    assert main(["export", "1", "--format", "md", *data]) == 0
+    md = capsys.readouterr().out
+    assert md.startswith("# SAM chat") and "## Assistant\n\nThe minimal automaton" in md
+    assert main(["export", "1", "--format", "json", *data]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    assert len(exported["messages"]) == 4 and len(exported["thread"]) == 3
+    assert main(["rm", "1", *data]) == 2  # no terminal to confirm on, no --yes
+    assert "nothing deleted" in capsys.readouterr().err
+    assert main(["rm", "1", "--yes", *data]) == 0
+    assert main(["export", "1", *data]) == 2
+    assert "there is no chat 1" in capsys.readouterr().err
