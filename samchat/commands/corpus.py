@@ -6,20 +6,16 @@ import argparse
 
 from rich.table import Table
 
-from samchat.commands.import_ import print_summary
+from samchat.commands.import_ import import_and_index
 from samchat.corpus.cli_support import (
     add_data_dir,
     add_model,
     err_console,
-    open_index,
     open_store,
     out_console,
-    progress_bar,
 )
-from samchat.corpus.importer import import_paths
-from samchat.corpus.indexing import IndexManager, drop_from_indexes
+from samchat.corpus.indexing import drop_from_indexes
 from samchat.corpus.packs import pack, packs
-from samchat.errors import ModelLoadError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -57,23 +53,6 @@ def run(args: argparse.Namespace) -> int:
             drop_from_indexes(store, keys)
             err_console.print(f"removed corpus {args.name}: {n} documents")
             return 0
-        chosen = pack(args.name)
-        manager: IndexManager | None = None
-        if not args.no_index:
-            try:
-                manager = open_index(store, args)
-                manager.open()
-            except ModelLoadError as exc:
-                err_console.print(f"warning: not indexing ({exc})")
-        with progress_bar(f"adding {chosen.name}") as update:
-            summary = import_paths(
-                store,
-                list(chosen.files),
-                encode=manager.encode if manager is not None else None,
-                corpus=chosen.name,
-                progress=lambda done, total, path: update(done, total, path.name),
-            )
-        if manager is not None:
-            manager.sync()
-    print_summary(summary)
+    chosen = pack(args.name)
+    import_and_index(args, list(chosen.files), corpus=chosen.name)
     return 0

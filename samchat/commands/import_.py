@@ -69,10 +69,10 @@ def print_summary(summary: ImportSummary) -> None:
     err_console.print(line)
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.max_size <= 0:
-        raise SamchatError("--max-size must be a positive number of megabytes")
-    files = collect_files(args.paths)  # a missing path stops us before anything is written
+def import_and_index(
+    args: argparse.Namespace, files: list[Path], corpus: str | None = None
+) -> ImportSummary:
+    """Import `files`, growing the static index of --model's tokenizer as documents commit."""
     with open_store(args) as store:
         manager: IndexManager | None = None
         if not args.no_index:
@@ -87,25 +87,35 @@ def run(args: argparse.Namespace) -> int:
             if manager is not None and tokens is not None:
                 manager.add(f"doc:{doc_id}", tokens)
 
-        encode = manager.encode if manager is not None else None
         with progress_bar("importing") as update:
             summary = import_paths(
                 store,
                 files,
-                encode=encode,
-                max_bytes=int(args.max_size * 2**20),
+                encode=manager.encode if manager is not None else None,
+                max_bytes=int(getattr(args, "max_size", DEFAULT_MAX_BYTES / 2**20) * 2**20),
+                corpus=corpus,
                 progress=lambda done, total, path: update(done, total, path.name),
                 on_document=on_document,
             )
+        print_summary(summary)
         if manager is not None:
             with progress_bar("indexing") as update:
                 manager.sync(update)  # imported chats, and anything another process added
+            manager.flush()
             stats = manager.index.stats()
+            manager.close()
             tokens = float(stats.get("tokens", 0))
             size = float(stats.get("bytes", 0))
             per = f", {size / tokens:.1f} bytes/token" if tokens else ""
             err_console.print(f"static index: {tokens:,.0f} tokens, {size / 2**20:.1f} MiB{per}")
-    print_summary(summary)
+    return summary
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.max_size <= 0:
+        raise SamchatError("--max-size must be a positive number of megabytes")
+    files = collect_files(args.paths)  # a missing path stops us before anything is written
+    summary = import_and_index(args, files)
     if not summary.imported_anything and summary.skipped:
         return 1
     return 0

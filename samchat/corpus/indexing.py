@@ -9,7 +9,6 @@ deleted chat or a new tokenizer all end in the same consistent state after the n
 from __future__ import annotations
 
 import contextlib
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -31,20 +30,25 @@ FLUSH_EVERY_TOKENS = 500_000
 
 
 def index_root() -> Path:
-    return data_dir() / "index"
+    root = data_dir() / "index"
+    root.mkdir(mode=0o700, exist_ok=True)  # it holds the tokens of private chats
+    return root
 
 
 def tokenizer_codec(tokenizer: Any) -> tuple[Encode, int]:
     """How the index tokenizes text with a Hugging Face tokenizer, and its separator token."""
 
-    def encode(text: str) -> list[int]:
-        ids = tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
-        return [int(i) for i in ids]
-
     separator = tokenizer.eos_token_id
     if separator is None:
         separator = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return encode, int(separator)
+    separator = int(separator)
+
+    def encode(text: str) -> list[int]:
+        ids = tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
+        # A literal "<|im_end|>" in a document must not split it in the index.
+        return [int(i) for i in ids if i != separator]
+
+    return encode, separator
 
 
 def _key_order(key: str) -> tuple[int, int]:
@@ -65,6 +69,12 @@ def _open_static(directory: Path, fingerprint: str, separator: int) -> StaticInd
     from samchat.sam.index import StaticIndex
 
     return StaticIndex.open(directory, fingerprint, separator)
+
+
+def _recreate_static(directory: Path, fingerprint: str, separator: int) -> StaticIndex:
+    from samchat.sam.index import StaticIndex
+
+    return StaticIndex.recreate(directory, fingerprint, separator)
 
 
 class IndexManager:
@@ -103,26 +113,29 @@ class IndexManager:
                 self._index = _open_static(self.directory, self.fingerprint, self.separator)
             except IndexCorruptError:
                 # Derived data: the store still has every text, so a rebuild loses nothing.
-                self._discard_files()
-                self._index = _open_static(self.directory, self.fingerprint, self.separator)
+                self._index = _recreate_static(self.directory, self.fingerprint, self.separator)
                 rebuilt = True
             self.store.register_index(self.fingerprint, self.separator, self.model)
         result = self.sync(progress)
         result.rebuilt = rebuilt
         return result
 
-    def _discard_files(self) -> None:
-        if self.directory.exists():
-            shutil.rmtree(self.directory)
-
     def rebuild(self, progress: IndexProgress | None = None) -> SyncResult:
         """Throw the index away and build it again from the store."""
         with self.lock:
-            self._index = None
-            self._discard_files()
-        result = self.open(progress)
+            self.close()
+            self._index = _recreate_static(self.directory, self.fingerprint, self.separator)
+            self.store.register_index(self.fingerprint, self.separator, self.model)
+        result = self.sync(progress)
         result.rebuilt = True
         return result
+
+    def close(self) -> None:
+        """Release the index's memory maps (unflushed additions are re-added by the next sync)."""
+        with self.lock:
+            if self._index is not None:
+                self._index.close()
+                self._index = None
 
     def sync(self, progress: IndexProgress | None = None) -> SyncResult:
         """Add what the store has and the index lacks; drop what the store no longer has."""
@@ -143,7 +156,7 @@ class IndexManager:
             text = self.store.text_for_key(key)
             if text is None:  # deleted while we were working
                 continue
-            tokens = self.encode(text)
+            tokens = [t for t in self.encode(text) if t != self.separator]
             with self.lock:
                 index.add_document(key, tokens)
             if key.startswith("doc:"):
@@ -168,7 +181,7 @@ class IndexManager:
         """Append one item right away (e.g. a just-imported document whose tokens are known)."""
         with self.lock:
             if not self.index.has_document(key):
-                self.index.add_document(key, tokens)
+                self.index.add_document(key, [t for t in tokens if t != self.separator])
 
     def flush(self) -> None:
         with self.lock:
@@ -177,7 +190,7 @@ class IndexManager:
     def status(self) -> dict[str, Any]:
         want = self.store.index_keys()
         have = self.index.document_ids()
-        stats = dict(self.index.stats())
+        stats: dict[str, Any] = dict(self.index.stats())
         stats.update(
             fingerprint=self.fingerprint,
             directory=str(self.directory),
@@ -200,12 +213,13 @@ def drop_from_indexes(store: Store, keys: set[str], root: Path | None = None) ->
             index = _open_static(directory, fingerprint, separator)
         except IndexCorruptError:
             continue
-        hit = [k for k in keys if index.has_document(k)]
-        for key in hit:
-            index.remove_document(key)
-        if hit:
-            index.flush()
-        removed += len(hit)
+        try:
+            hit = keys & index.document_ids()
+            for key in hit:
+                index.remove_document(key)  # persisted at once (the manifest's removed set)
+            removed += len(hit)
+        finally:
+            index.close()
     return removed
 
 
@@ -281,6 +295,8 @@ class BackgroundIndexer:
         except Exception as exc:
             self._fail(exc)
         finally:
+            if self.manager is not None:
+                self.manager.close()
             store.close()
             self.idle.set()
 
