@@ -63,40 +63,82 @@ def _read_prompt(prompt: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from samchat.decoding import ChatSession, DecodingConfig, ReplyDone, SamplingParams, TextDelta
     from samchat.models import load_model
+    from samchat.store import Store
+    from samchat.store.turns import begin_turn, finish_turn
 
     prompt = _read_prompt(args.prompt)
     spec = spec_from_args(args)
     lm = load_model(spec, progress=lambda msg: print(f"[{msg}]", file=sys.stderr))
-    messages: list[dict[str, str]] = []
-    if args.system:
-        messages.append({"role": "system", "content": args.system})
-    messages.append({"role": "user", "content": prompt})
-    session = ChatSession(lm, DecodingConfig(method=args.method))
-    params = SamplingParams(
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        seed=args.seed,
-        stop=tuple(args.stop),
-    )
-    cancel = threading.Event()
-    done: Any = None
-    try:
-        for event in session.generate(messages, params, cancel):
-            if isinstance(event, TextDelta):
-                sys.stdout.write(event.text)
-                sys.stdout.flush()
-            elif isinstance(event, ReplyDone):
-                done = event
-    except KeyboardInterrupt:
-        cancel.set()
-        print("\n[cancelled]", file=sys.stderr)
-        return 130
-    sys.stdout.write("\n")
+    with Store.open() as store:
+        # The question is committed before decoding, the reply after it (samchat.store.turns).
+        turn = begin_turn(
+            store,
+            prompt,
+            chat_id=args.chat,
+            model=lm.name,
+            system=args.system,
+            save=not args.no_save,
+        )
+        index = _open_index(store, lm)
+        session = ChatSession(
+            lm, DecodingConfig(method=args.method), static_index=index.index if index else None
+        )
+        params = SamplingParams(
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            seed=args.seed,
+            stop=tuple(args.stop),
+        )
+        cancel = threading.Event()
+        done: Any = None
+        try:
+            for event in session.generate(turn.messages, params, cancel):
+                if isinstance(event, TextDelta):
+                    sys.stdout.write(event.text)
+                    sys.stdout.flush()
+                elif isinstance(event, ReplyDone):
+                    done = event
+        except KeyboardInterrupt:
+            cancel.set()
+            print("\n[cancelled]", file=sys.stderr)
+            return 130
+        finally:
+            if index is not None and done is None:
+                index.close()
+        sys.stdout.write("\n")
+        if done is not None:
+            finish_turn(
+                store,
+                turn,
+                done.text,
+                model=lm.name,
+                stats=done.stats,
+                finish_reason=done.finish_reason,
+            )
+            if index is not None:
+                index.sync()  # the finished turn grows the static index
+                index.close()
+            if turn.chat_id is not None:
+                print(f"[saved as chat {turn.chat_id}]", file=sys.stderr)
     if args.stats and done is not None:
         _print_stats(done)
     return 0
+
+
+def _open_index(store: Any, lm: Any) -> Any:
+    """The static index of this model's tokenizer, synced with the store; None if unusable."""
+    from samchat.corpus.indexing import IndexManager, tokenizer_codec
+
+    encode, separator = tokenizer_codec(lm.tokenizer)
+    manager = IndexManager(store, lm.fingerprint, encode, separator, model=lm.name)
+    try:
+        manager.open()
+    except SamchatError as exc:
+        print(f"[static index unavailable: {exc}]", file=sys.stderr)
+        return None
+    return manager
 
 
 def _print_stats(done: Any) -> None:
