@@ -1,0 +1,185 @@
+"""Hardware-fitted draft budgets: what a verification forward costs, and how much a draft gains.
+
+The cost curve gives the time of a forward over n new tokens relative to one token. On a GPU it
+is nearly flat up to ~64; on a CPU it climbs fast (ENVIRONMENT.md: 2 -> 1.25x, 8 -> 1.6x,
+32 -> 2.0x), so a draft only pays when the tokens it is expected to add outweigh its extra cost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SIZES = (1, 2, 4, 8, 16, 32, 48, 64)
+# Measured on the reference 2-core CPU with the default model (ENVIRONMENT.md).
+DEFAULT_CPU = {1: 1.0, 2: 1.25, 4: 1.3, 8: 1.6, 16: 1.6, 32: 2.0, 48: 2.4, 64: 2.9}
+DEFAULT_GPU = {1: 1.0, 16: 1.02, 32: 1.05, 64: 1.15}
+
+
+class CostCurve:
+    """Relative cost of verifying n input tokens in one forward (1.0 for n = 1)."""
+
+    def __init__(self, points: dict[int, float]) -> None:
+        xs = sorted(points)
+        ys: list[float] = []
+        for x in xs:  # a longer input never costs less
+            ys.append(max(points[x], ys[-1] if ys else 0.0))
+        base = ys[0] if xs[0] == 1 else 1.0
+        self.xs = xs
+        self.ys = [y / base for y in ys]
+        self._table = [self._interp(n) for n in range(xs[-1] + 1)]
+
+    def _interp(self, n: int) -> float:
+        xs, ys = self.xs, self.ys
+        if n <= xs[0]:
+            return ys[0]
+        for i in range(1, len(xs)):
+            if n <= xs[i]:
+                x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+                return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) if len(xs) > 1 else 0.0
+        return ys[-1] + slope * (n - xs[-1])
+
+    def rel(self, n_inputs: int) -> float:
+        if n_inputs < len(self._table):
+            return self._table[n_inputs]
+        return self._interp(n_inputs)
+
+    @property
+    def max_inputs(self) -> int:
+        return self.xs[-1]
+
+    def to_dict(self) -> dict[str, float]:
+        return {str(x): y for x, y in zip(self.xs, self.ys, strict=True)}
+
+    @classmethod
+    def default(cls, device: torch.device) -> CostCurve:
+        return cls(DEFAULT_CPU if device.type == "cpu" else DEFAULT_GPU)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def measure_cost_curve(
+    model: Any, device: torch.device, context: int = 256, reps: int = 3
+) -> CostCurve:
+    """Time forwards of 1, 2, 4 ... 64 new tokens after `context` cached tokens."""
+    from samchat.decoding.kvcache import KVCache, cache_kwarg
+
+    kv = KVCache(model)
+    kwarg = cache_kwarg(model)
+    vocab = int(model.config.vocab_size)
+    gen = torch.Generator().manual_seed(0)
+    ctx = torch.randint(0, vocab, (1, context), generator=gen).to(device)
+    model(input_ids=ctx, use_cache=True, **{kwarg: kv.cache})
+    times: dict[int, float] = {}
+    for n in (1, *SIZES):  # the first n=1 warms up
+        ids = torch.randint(0, vocab, (1, n), generator=gen).to(device)
+        best = float("inf")
+        for _ in range(reps):
+            _sync(device)
+            t0 = time.perf_counter()
+            model(input_ids=ids, use_cache=True, **{kwarg: kv.cache})
+            _sync(device)
+            best = min(best, time.perf_counter() - t0)
+            kv.crop(context)
+        times[n] = best
+    return CostCurve({n: t / times[1] for n, t in times.items()})
+
+
+def load_or_measure(
+    model: Any, device: torch.device, cache_file: Path, progress: Any = None
+) -> CostCurve:
+    """The cached curve for this model and device, measured once if missing or unreadable."""
+    try:
+        data = json.loads(cache_file.read_text())
+        return CostCurve({int(k): float(v) for k, v in data["relative_cost"].items()})
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    if progress is not None:
+        progress("measuring verification cost on this device")
+    curve = measure_cost_curve(model, device)
+    try:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        payload = {"device": str(device), "relative_cost": curve.to_dict()}
+        cache_file.write_text(json.dumps(payload, indent=1))
+    except OSError as exc:  # a read-only cache only costs a re-measure next time
+        log.warning("could not save the cost curve to %s: %s", cache_file, exc)
+    return curve
+
+
+# Acceptance of SAM sequence drafts, by match-length bucket: prior per-token acceptance rate.
+_BUCKET_EDGES = (1, 2, 3, 4, 5, 8, 16, 32)
+_PRIOR_RATE = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85)
+_PRIOR_WEIGHT = 4.0
+
+
+def bucket(match_len: int) -> int:
+    b = 0
+    for edge in _BUCKET_EDGES:
+        if match_len >= edge:
+            b += 1
+        else:
+            break
+    return b
+
+
+class AcceptanceModel:
+    """Running per-token acceptance rates of sequence drafts, per drafter and match bucket.
+
+    A sequence draft is modelled as geometric: each next token is accepted with rate a, so
+    a draft of n tokens adds sum(a^i, i=1..n) tokens on average. The maximum-likelihood a from
+    observed steps is accepted / (accepted + rejections), smoothed by a prior.
+    """
+
+    def __init__(self) -> None:
+        n = len(_PRIOR_RATE)
+        self._acc: dict[str, list[float]] = {}
+        self._rej: dict[str, list[float]] = {}
+        self._n = n
+
+    def _rows(self, drafter: str) -> tuple[list[float], list[float]]:
+        if drafter not in self._acc:
+            self._acc[drafter] = [r * _PRIOR_WEIGHT for r in _PRIOR_RATE]
+            self._rej[drafter] = [(1 - r) * _PRIOR_WEIGHT for r in _PRIOR_RATE]
+        return self._acc[drafter], self._rej[drafter]
+
+    def rate(self, drafter: str, match_len: int) -> float:
+        acc, rej = self._rows(drafter)
+        b = bucket(match_len)
+        total = acc[b] + rej[b]
+        return acc[b] / total if total > 0 else 0.0
+
+    def update(self, drafter: str, match_len: int, draft_len: int, accepted: int) -> None:
+        acc, rej = self._rows(drafter)
+        b = bucket(match_len)
+        acc[b] += accepted
+        if accepted < draft_len:
+            rej[b] += 1.0
+
+
+def best_sequence_length(rate: float, cap: int, curve: CostCurve) -> tuple[int, float]:
+    """Draft length n <= cap maximising (1 + expected accepted) / cost(n + 1), and that value
+    (1.0 means a plain step is as good; n = 0 means draft nothing)."""
+    best_n, best_v = 0, 1.0
+    expected = 0.0
+    p = 1.0
+    for n in range(1, cap + 1):
+        p *= rate
+        expected += p
+        v = (1.0 + expected) / curve.rel(n + 1)
+        if v > best_v:
+            best_n, best_v = n, v
+        if p < 1e-3:
+            break
+    return best_n, best_v

@@ -1,0 +1,117 @@
+"""Draft trees and their verification layout (tree attention mask, depth-based positions)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class DraftTree:
+    """Candidate tokens continuing the committed text, in topological order.
+
+    parents[i] is the index of node i's parent (< i), or -1 for a child of the last committed
+    token. A sequence draft has parents == [-1, 0, 1, 2, ...].
+    """
+
+    tokens: list[int]
+    parents: list[int]
+    source: str  # "dyn" | "static" | "tr"
+    _layout: TreeLayout | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def sequence(cls, tokens: list[int], source: str) -> DraftTree:
+        return cls(list(tokens), list(range(-1, len(tokens) - 1)), source)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def is_sequence(self) -> bool:
+        return all(p == i - 1 for i, p in enumerate(self.parents))
+
+    def first_path(self) -> DraftTree:
+        """The path through each node's first child: a sequence draft."""
+        tokens: list[int] = []
+        last = -1
+        for i, (tok, par) in enumerate(zip(self.tokens, self.parents, strict=True)):
+            if par == last:
+                tokens.append(tok)
+                last = i
+        return DraftTree.sequence(tokens, self.source)
+
+    def layout(self) -> TreeLayout:
+        if self._layout is None:
+            self._layout = TreeLayout(self.tokens, self.parents)
+        return self._layout
+
+    def truncated(self, max_nodes: int) -> DraftTree:
+        """The first max_nodes nodes (still a tree: parents come before children)."""
+        if max_nodes >= len(self.tokens):
+            return self
+        return DraftTree(self.tokens[:max_nodes], self.parents[:max_nodes], self.source)
+
+
+class TreeLayout:
+    """Verification input for `[pending] + draft`: input index 0 is the pending committed token
+    (not yet in the KV cache), input index i + 1 is draft node i."""
+
+    __slots__ = ("children", "cols", "depths", "n", "rows")
+
+    def __init__(self, tokens: list[int], parents: list[int]) -> None:
+        n = len(tokens) + 1
+        self.n = n
+        depths = [0] * n
+        # children[j]: token -> input index of the child, for input index j
+        children: list[dict[int, int]] = [{} for _ in range(n)]
+        ancestors: list[list[int]] = [[0]]
+        rows: list[int] = [0]
+        cols: list[int] = [0]
+        for i, (tok, par) in enumerate(zip(tokens, parents, strict=True)):
+            j = i + 1
+            pj = par + 1
+            if not 0 <= pj < j:
+                raise ValueError(f"draft node {i} has parent {par}; parents must precede children")
+            depths[j] = depths[pj] + 1
+            # The first sibling with a token wins; duplicates can never be accepted twice.
+            children[pj].setdefault(tok, j)
+            anc = [*ancestors[pj], j]
+            ancestors.append(anc)
+            rows.extend([j] * len(anc))
+            cols.extend(anc)
+        self.depths = depths
+        self.children = children
+        self.rows = rows
+        self.cols = cols
+
+    def position_ids(self, cached_len: int, device: torch.device) -> torch.Tensor:
+        return (torch.tensor(self.depths, device=device) + cached_len).unsqueeze(0)
+
+    def attention_mask(
+        self, cached_len: int, dtype: torch.dtype, device: torch.device
+    ) -> torch.Tensor:
+        """(1, 1, n, cached_len + n) float mask: 0 = attend, dtype-min = blocked. Each input
+        attends to the whole cache plus its own ancestors in the tree (itself included)."""
+        n = self.n
+        mask = torch.full((n, cached_len + n), torch.finfo(dtype).min, dtype=dtype, device=device)
+        mask[:, :cached_len] = 0.0
+        block = mask[:, cached_len:]
+        block[self.rows, self.cols] = 0.0
+        return mask.view(1, 1, n, cached_len + n)
+
+    def walk(self, choose: Callable[[int], int]) -> tuple[list[int], int]:
+        """Follow the model's choices from the root: choose(j) is the token the model commits
+        after input j (called once per visited input, in order, so a sampler draws exactly one
+        random number per committed token). Returns (accepted input indices, bonus token)."""
+        path: list[int] = []
+        j = 0
+        children = self.children
+        while True:
+            tok = choose(j)
+            nxt = children[j].get(tok)
+            if nxt is None:
+                return path, tok
+            path.append(nxt)
+            j = nxt
