@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -17,7 +18,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
 from textual.theme import Theme
-from textual.widgets import Button, Footer, Input, Static
+from textual.widgets import Button, Footer, Input, OptionList, Static
 
 from samchat.errors import SamchatError
 from samchat.tui import backend
@@ -162,6 +163,10 @@ class ModelFailed(Message):
         self.error = error
 
 
+class StoreImported(Message):
+    pass
+
+
 class Notice(Message):
     """An error from a background thread, shown as a notification."""
 
@@ -171,7 +176,7 @@ class Notice(Message):
 
 
 class SamchatApp(App[None]):
-    CSS_PATH = "app.tcss"
+    CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses live elsewhere
     TITLE = "samchat"
     BINDINGS: ClassVar[list[BindingType]] = _bindings()
 
@@ -200,6 +205,7 @@ class SamchatApp(App[None]):
         self.db_path = db_path
         self.theme_dirs = theme_dirs
         self.data: backend.ChatData | None = None
+        self.data_state = "none"  # opening | ready | failed
         self.chat_id: int | None = None
         self.lm: LoadedModel | None = lm
         self.generator: backend.Generator | None = None
@@ -214,6 +220,9 @@ class SamchatApp(App[None]):
         self.last_live: LiveStats | None = None
         self.started_at = time.perf_counter()
         self.ready_at: float | None = None
+        self.ready_cpu: float | None = None  # process CPU seconds when the UI became usable
+        self.theme_problems: list[str] = []
+        self._setup_themes()
 
     # -- layout --------------------------------------------------------------------------------
 
@@ -235,7 +244,9 @@ class SamchatApp(App[None]):
         return dict(PROVENANCE_DEFAULTS)
 
     def on_mount(self) -> None:
-        self._setup_themes()
+        for problem in self.theme_problems:
+            self.notify(problem, severity="warning", title="Theme")
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
         if self.cfg.keymap:
             self.set_keymap(self.cfg.keymap)
         if self.config_problem:
@@ -245,35 +256,56 @@ class SamchatApp(App[None]):
                 title="Config",
                 timeout=10,
             )
-        try:
-            self.data = backend.ChatData.open(self.db_path)
-        except SamchatError as exc:
-            self.notify(
-                f"{exc} (chats are not saved)", severity="error", title="Database", timeout=15
-            )
-        self.refresh_sidebar()
+        if "samchat.store" in sys.modules:
+            self.open_data()
+        else:  # importing sqlite-utils (and numpy) takes a while: not before the first frame
+            self.data_state = "opening"
+            self.import_store_worker()
         if self.lm is not None:
-            indexer = self._make_indexer(self.lm)
+            indexer = self.indexer or self._make_indexer(self.lm)
             self._adopt_model(self.lm, backend.Generator(self.lm, self.cfg.decoding, indexer))
         elif self.autoload_model:
             self.start_model_load(self.model_source, self.device_name)
         self.update_status()
         self.query_one("#prompt", PromptArea).focus()
         self.ready_at = time.perf_counter()
+        self.ready_cpu = time.process_time()
+
+    @work(thread=True, group="store", exit_on_error=False)
+    def import_store_worker(self) -> None:
+        import samchat.store  # noqa: F401
+
+        self.post_message(StoreImported())
+
+    def on_store_imported(self, _: StoreImported) -> None:
+        self.open_data()
+
+    def open_data(self) -> None:
+        try:
+            self.data = backend.ChatData.open(self.db_path)
+            self.data_state = "ready"
+        except SamchatError as exc:
+            self.data_state = "failed"
+            self.notify(
+                f"{exc} (chats are not saved)", severity="error", title="Database", timeout=15
+            )
+        self.refresh_sidebar()
+        if self.lm is not None and self.indexer is None and self.data is not None:
+            self.indexer = self._make_indexer(self.lm)
+            if self.generator is not None:
+                self.generator.indexer = self.indexer
 
     def _setup_themes(self) -> None:
-        themes, problems = load_themes(self.theme_dirs)
+        """Before the first CSS pass: switching theme after mount restyles everything."""
+        themes, self.theme_problems = load_themes(self.theme_dirs)
         for theme in themes:
             self.register_theme(theme)
-        for problem in problems:
-            self.notify(problem, severity="warning", title="Theme")
         if self.cfg.theme in self.available_themes:
             self.theme = self.cfg.theme
         else:
-            self.notify(f"unknown theme {self.cfg.theme!r}; using the default", severity="warning")
+            self.theme_problems.append(f"unknown theme {self.cfg.theme!r}; using the default")
             if "samchat-dark" in self.available_themes:
                 self.theme = "samchat-dark"
-        self.theme_changed_signal.subscribe(self, self._theme_changed)
 
     def _theme_changed(self, theme: Theme) -> None:
         if self.cfg.theme == theme.name:
@@ -308,7 +340,10 @@ class SamchatApp(App[None]):
 
     def need_data(self) -> backend.ChatData | None:
         if self.data is None:
-            self.error("the database is not open; restart samchat after fixing it")
+            if self.data_state == "opening":
+                self.notify("one moment: the database is opening", severity="warning")
+            else:
+                self.error("the database is not open; restart samchat after fixing it")
         return self.data
 
     def busy(self) -> bool:
@@ -390,7 +425,10 @@ class SamchatApp(App[None]):
 
     @on(Input.Submitted, "#search")
     def _search_submitted(self) -> None:
-        self.query_one("#chat-list").focus()
+        lst = self.query_one("#chat-list", OptionList)
+        lst.focus()
+        if lst.highlighted is None and lst.option_count:
+            lst.highlighted = 0
 
     async def on_sidebar_chat_chosen(self, event: Sidebar.ChatChosen) -> None:
         if self.job is not None and event.chat_id != self.chat_id:

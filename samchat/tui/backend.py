@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from samchat.errors import SamchatError, StoreError
+
 if TYPE_CHECKING:
     from samchat.store import Chat, MessageRow, SearchHit, Store
     from samchat.decoding.events import Event
@@ -154,7 +155,7 @@ class Generator:
 
     def session(self) -> Any:
         index = self._index()
-        if self._session is None or (index is not None and not self._session_has_index):
+        if self._session is None:
             from samchat.decoding.params import DecodingConfig
             from samchat.decoding.session import ChatSession
 
@@ -162,6 +163,10 @@ class Generator:
             config.validate()
             self._session = ChatSession(self.lm, config, index)
             self._session_has_index = index is not None
+        elif index is not None and not self._session_has_index:
+            # The indexer opened after the session was made: draft from it from now on.
+            self._session.set_static_index(index)
+            self._session_has_index = True
         return self._session
 
     def generate(

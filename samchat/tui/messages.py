@@ -72,9 +72,15 @@ class MessageView(Vertical, can_focus=True):
         self._stream: MarkdownStream | None = None
 
     def _stored_spans(self, content: str) -> Spans:
-        stored = self.stats.get("provenance")
-        if isinstance(stored, list) and "".join(str(t) for t, _ in stored) == content:
-            return [[str(t), str(s)] for t, s in stored]
+        """Stored provenance is [[n_chars, source], ...] over the content."""
+        runs = self.stats.get("provenance")
+        if isinstance(runs, list) and sum(int(n) for n, _ in runs) == len(content):
+            spans: Spans = []
+            pos = 0
+            for n, source in runs:
+                add_span(spans, content[pos : pos + int(n)], str(source))
+                pos += int(n)
+            return spans
         return [[content, "plain"]] if content else []
 
     def compose(self) -> ComposeResult:

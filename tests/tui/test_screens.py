@@ -1,0 +1,278 @@
+"""Pilot tests of the screens: help, settings, themes, keymap, palette, import, model, errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+from textual.command import CommandPalette
+from textual.widgets import Input, Log, Markdown, ProgressBar, Select
+from tui_helpers import fixed_config, seed_chat, wait_for
+
+from samchat.store import Store
+from samchat.tui.app import ACTIONS, SamchatApp
+from samchat.tui.dialogs import InputScreen
+from samchat.tui.help_screen import HelpScreen
+from samchat.tui.import_screen import ImportScreen
+from samchat.tui.model_screen import ModelScreen
+from samchat.tui.settings_screen import SettingsScreen
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def notices(app: SamchatApp) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+async def test_help_lists_every_action(make_app: Callable[..., SamchatApp]) -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("f1")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        source = app.screen.query_one("#help-text", Markdown).source
+        for action, key, desc, _ in ACTIONS:
+            assert f"| `{key}` | {desc} | `samchat.{action}` |" in source
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen))
+
+
+async def test_keymap_from_config_remaps_bindings(
+    make_app: Callable[..., SamchatApp], config_path: Path
+) -> None:
+    config_path.parent.mkdir(parents=True)
+    config_path.write_text('[keymap]\n"samchat.help" = "f10"\n')
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("f1")  # no longer bound
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("f10")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        source = app.screen.query_one("#help-text", Markdown).source
+        assert "| `f10` | Help | `samchat.help` |" in source
+
+
+async def test_command_palette_runs_actions(
+    make_app: Callable[..., SamchatApp], store: Store
+) -> None:
+    chat = seed_chat(store, "Palette", [("q", "a")])
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        for _, _, desc, _ in ACTIONS:
+            assert desc in titles or desc == "Theme"
+        await app.open_chat(chat)
+        await pilot.press("ctrl+p")
+        await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette))
+        await pilot.press(*"Rename chat")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, InputScreen))
+
+
+async def test_settings_are_validated_and_saved(
+    make_app: Callable[..., SamchatApp], config_path: Path
+) -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        screen = app.screen
+        screen.query_one("#set-method", Select).value = "sam"
+        screen.query_one("#set-l_threshold", Input).value = "7"
+        screen.query_one("#set-max_new_tokens", Input).value = "lots"
+        await pilot.press("ctrl+s")  # bad number: refused with a notice, screen stays
+        await pilot.pause()
+        assert app.screen is screen
+        assert any("max_new_tokens" in n for n in notices(app))
+        screen.query_one("#set-max_new_tokens", Input).value = "64"
+        screen.query_one("#set-temperature", Input).value = "0.7"
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen))
+        assert app.cfg.decoding["method"] == "sam"
+        saved = tomllib.loads(config_path.read_text())
+        assert saved["decoding"]["method"] == "sam"
+        assert saved["decoding"]["l_threshold"] == 7
+        assert saved["sampling"]["max_new_tokens"] == 64
+        assert saved["sampling"]["temperature"] == 0.7
+        assert "method sam " in str(app.query_one("#status").render()) + " "
+
+
+async def test_themes_load_switch_and_persist(
+    make_app: Callable[..., SamchatApp], config_path: Path, user_theme_dir: Path
+) -> None:
+    (user_theme_dir / "mine.toml").write_text('name = "mine"\nprimary = "#ff0088"\ndark = false\n')
+    (user_theme_dir / "broken.toml").write_text('name = "broken"\nprimary = "not a colour"\n')
+    app = make_app()
+    async with app.run_test() as pilot:
+        ours = {"samchat-dark", "samchat-light", "ember", "aurora", "mine"}
+        assert ours <= set(app.available_themes)
+        assert not app.get_theme("samchat-light").dark  # type: ignore[union-attr]
+        assert app.theme == "samchat-dark"
+        assert any("broken.toml" in n for n in notices(app))
+        app.theme = "samchat-light"
+        await pilot.pause()
+        assert tomllib.loads(config_path.read_text())["theme"] == "samchat-light"
+    # The choice is read back on the next start.
+    app = make_app()
+    async with app.run_test() as pilot:
+        assert app.theme == "samchat-light"
+        await pilot.press("ctrl+t")  # the theme picker is the command palette
+        await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette))
+
+
+async def test_bad_config_file_is_reported_not_fatal(
+    make_app: Callable[..., SamchatApp], config_path: Path
+) -> None:
+    config_path.parent.mkdir(parents=True)
+    config_path.write_text("theme = [unclosed\n")
+    app = make_app()
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        assert any("not valid TOML" in n for n in notices(app))
+        assert app.theme == "samchat-dark"
+
+
+async def test_unusable_database_is_a_notice_not_a_crash(
+    make_app: Callable[..., SamchatApp], tmp_path: Path
+) -> None:
+    not_a_db = tmp_path / "garbage.db"
+    not_a_db.write_bytes(b"this is not an sqlite file" * 100)
+    app = make_app(db_path=not_a_db)
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        assert app.data is None
+        assert any("not saved" in n for n in notices(app))
+        await pilot.press(*"hello", "enter")
+        await pilot.pause()
+        assert any("database is not open" in n for n in notices(app))
+    assert not_a_db.read_bytes() == b"this is not an sqlite file" * 100
+
+
+async def test_locked_database_write_is_a_notice(
+    make_app: Callable[..., SamchatApp], store: Store, db_path: Path
+) -> None:
+    import sqlite3
+
+    seed_chat(store, "Busy", [("q", "a")])
+    app = make_app()
+    async with app.run_test() as pilot:
+        assert app.data is not None
+        app.data.store.conn.execute("PRAGMA busy_timeout = 50")
+        locker = sqlite3.connect(db_path, timeout=0.05)
+        locker.execute("BEGIN EXCLUSIVE")
+        try:
+            await pilot.press(*"hello", "enter")
+            await wait_for(pilot, lambda: any("lock" in n.lower() for n in notices(app)), 20)
+            assert app.chat_id is None or app.pending is None
+        finally:
+            locker.rollback()
+            locker.close()
+
+
+async def test_import_screen_imports_a_folder(
+    make_app: Callable[..., SamchatApp], tmp_path: Path, store: Store
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Suffix automata\n\nThey recognise every substring.\n")
+    (docs / "b.txt").write_text("Token recycling reuses candidate tokens.\n")
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: isinstance(app.screen, ImportScreen))
+        screen = app.screen
+        assert isinstance(screen, ImportScreen)
+        await pilot.press(*str(docs), "enter")
+        await wait_for(pilot, lambda: screen.summary is not None, 30)
+        assert screen.summary is not None and "imported 2 documents" in screen.summary
+        bar = screen.query_one(ProgressBar)
+        assert bar.total == bar.progress
+        assert len(store.documents()) == 2
+        hits = store.search("substring", kinds=("document",))
+        assert hits and hits[0].kind == "document"
+
+
+async def test_import_of_a_bad_path_is_a_notice(
+    make_app: Callable[..., SamchatApp], tmp_path: Path
+) -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: isinstance(app.screen, ImportScreen))
+        screen = app.screen
+        await pilot.press(*str(tmp_path / "no-such-folder"), "enter")
+        await wait_for(pilot, lambda: any("does not exist" in n for n in notices(app)), 30)
+        log = screen.query_one(Log)
+        assert any("failed" in line for line in log.lines)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ImportScreen))
+
+
+async def test_model_that_fails_to_load_is_a_notice(
+    make_app: Callable[..., SamchatApp], tmp_path: Path
+) -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("ctrl+l")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelScreen))
+        await pilot.press(*str(tmp_path / "missing.gguf"), "enter")
+        await wait_for(pilot, lambda: app.model_state == "failed", 60)
+        assert any("does not exist" in n for n in notices(app))
+        assert "failed to load" in str(app.query_one("#status").render())
+        # The UI still works.
+        await pilot.press("f1")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+
+
+def test_ui_starts_fast_without_importing_torch(tmp_path: Path) -> None:
+    """Start the real app headless in a fresh interpreter: interactive after < 1 s of CPU
+    work (CPU time, so other processes on a busy machine do not skew it), no torch."""
+    script = """
+import asyncio, sys, time
+from samchat.tui.app import SamchatApp
+
+async def main():
+    app = SamchatApp(autoload_model=False)
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        print(f"ready {app.ready_cpu:.3f} {app.ready_at - app.started_at:.3f}")
+        while app.data is None:  # the store opens right after the first frame
+            await pilot.pause(0.05)
+        print("torch" in sys.modules, "transformers" in sys.modules)
+
+asyncio.run(main())
+"""
+    env = dict(os.environ)
+    for name in ("DATA", "CACHE", "CONFIG"):
+        env[f"SAMCHAT_{name}_DIR"] = str(tmp_path / name.lower())
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split("\n")
+    ready_cpu = float(out[0].split()[1])
+    assert out[1] == "False False"
+    assert ready_cpu < 1.0, f"the UI took {ready_cpu:.2f} CPU seconds to become interactive"
+
+
+def test_config_round_trip(tmp_path: Path) -> None:
+    from samchat.tui.config import load_config, save_config
+
+    cfg = fixed_config(
+        theme="ember",
+        keymap={"samchat.help": "f10", "samchat.new_chat": "ctrl+k"},
+        model='C:\\models\\my "model"',
+    )
+    cfg.sampling["temperature"] = 0.5
+    path = save_config(cfg, tmp_path / "c.toml")
+    again = load_config(path)
+    assert again == cfg
