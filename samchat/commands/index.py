@@ -15,8 +15,13 @@ from samchat.corpus.cli_support import (
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = subparsers.add_parser("index", help="static drafting index: status | rebuild")
-    p.add_argument("action", choices=("status", "rebuild"))
+    p = subparsers.add_parser("index", help="static drafting index: status | rebuild | compact")
+    p.add_argument(
+        "action",
+        choices=("status", "rebuild", "compact"),
+        help="status: sync with the database and report; rebuild: from scratch; "
+        "compact: merge segments and drop deleted text",
+    )
     add_data_dir(p)
     add_model(p)
     p.set_defaults(func=run)
@@ -27,8 +32,11 @@ def run(args: argparse.Namespace) -> int:
         manager = open_index(store, args)
         with progress_bar("rebuilding" if args.action == "rebuild" else "syncing") as update:
             result = manager.rebuild(update) if args.action == "rebuild" else manager.open(update)
+        if args.action == "compact":
+            manager.compact()
         status = manager.status()
         counts = store.counts()
+        manager.close()
     tokens = float(status.get("tokens", 0))
     size = float(status.get("bytes", 0))
     if result.rebuilt and args.action == "status":

@@ -187,6 +187,11 @@ class IndexManager:
         with self.lock:
             self.index.flush()
 
+    def compact(self) -> None:
+        """Merge all segments into one and drop the tokens of deleted items."""
+        with self.lock:
+            self.index.compact()
+
     def status(self) -> dict[str, Any]:
         want = self.store.index_keys()
         have = self.index.document_ids()
