@@ -13,9 +13,9 @@ read back by MappedAutomaton through memoryviews over a memory map.
 """
 
 import heapq
-from typing import Final
+from typing import Final, final
 
-from librt.vecs import append, vec
+from librt.vecs import append, extend, vec
 from mypy_extensions import i32, i64
 
 ROOT: Final = 0
@@ -80,131 +80,159 @@ class Automaton:
         return self._cnt(s)
 
 
+# Fields of a state record while the automaton grows (one cache line holds two records):
+# suffix link, length, first end, first edge (token, target), head of its list of further edges.
+_REC: Final = 8
+_LINK: Final = 0
+_LEN: Final = 1
+_END: Final = 2
+_FTOK: Final = 3
+_FDST: Final = 4
+_XHEAD: Final = 5
+
+
+def _zeros32(n: i64) -> vec[i32]:
+    # Built from a zeroed buffer: one memcpy instead of n appends.
+    return vec[i32](memoryview(bytearray(4 * n)).cast("i"))
+
+
+def _empty_table(slots: i64) -> vec[i64]:
+    # [key, target] pairs, every key _EMPTY (all bits set).
+    return vec[i64](memoryview(b"\xff" * (16 * slots)).cast("q"))
+
+
+@final
 class SuffixAutomaton(Automaton):
     """Online suffix automaton; `freeze()` counts occurrences and compacts the edges."""
 
     text: vec[i32]
-    link: vec[i32]
-    slen: vec[i32]
-    minend: vec[i32]
-    cnt: vec[i32]
-    fe_tok: vec[i32]
-    fe_dst: vec[i32]
-    xe_head: vec[i32]
+    # growing layout
+    rec: vec[i32]
+    nst: i64
     x_tok: vec[i32]
-    x_dst: vec[i32]
     x_next: vec[i32]
-    hkeys: vec[i64]
-    hvals: vec[i32]
-    hmask: i64
-    hused: i64
+    table: vec[i64]
+    tmask: i64
+    tused: i64
     last: i64
     frozen: bool
     counted_at: i64
+    cnt: vec[i32]
+    # frozen layout (also the on-disk layout)
+    link: vec[i32]
+    slen: vec[i32]
+    minend: vec[i32]
     off: vec[i32]
     etok: vec[i32]
     edst: vec[i32]
 
     def __init__(self, capacity: int = 0) -> None:
-        cap: i64 = capacity if capacity > 0 else 16
+        cap: i64 = capacity if capacity > 16 else 16
         self.text = vec[i32](capacity=cap)
-        scap: i64 = 2 * cap
-        self.link = vec[i32](capacity=scap)
-        self.slen = vec[i32](capacity=scap)
-        self.minend = vec[i32](capacity=scap)
-        self.cnt = vec[i32]()
-        self.fe_tok = vec[i32](capacity=scap)
-        self.fe_dst = vec[i32](capacity=scap)
-        self.xe_head = vec[i32](capacity=scap)
-        self.x_tok = vec[i32]()
-        self.x_dst = vec[i32]()
-        self.x_next = vec[i32]()
-        hsize: i64 = 64
-        while hsize < cap:
-            hsize *= 2
-        self.hkeys = vec[i64]([_EMPTY] * hsize)
-        self.hvals = vec[i32]([0] * hsize)
-        self.hmask = hsize - 1
-        self.hused = 0
+        self.rec = _zeros32(_REC * (cap + cap // 2 + 2))
+        self.nst = 0
+        self.x_tok = vec[i32](capacity=cap)
+        self.x_next = vec[i32](capacity=cap)
+        slots: i64 = 64
+        while slots < cap * 2:
+            slots *= 2
+        self.table = _empty_table(slots)
+        self.tmask = slots - 1
+        self.tused = 0
         self.last = ROOT
         self.frozen = False
         self.counted_at = -1
+        self.cnt = vec[i32]()
+        self.link = vec[i32]()
+        self.slen = vec[i32]()
+        self.minend = vec[i32]()
         self.off = vec[i32]()
         self.etok = vec[i32]()
         self.edst = vec[i32]()
         self._new_state(0, 0)
-        self.link[0] = -1
 
     # -- building ---------------------------------------------------------------------------
 
     def _new_state(self, length: i64, end: i64) -> i64:
-        s: i64 = len(self.slen)
-        self.link = append(self.link, -1)
-        self.slen = append(self.slen, i32(length))
-        self.minend = append(self.minend, i32(end))
-        self.fe_tok = append(self.fe_tok, -1)
-        self.fe_dst = append(self.fe_dst, -1)
-        self.xe_head = append(self.xe_head, -1)
+        s: i64 = self.nst
+        b: i64 = s * _REC
+        if b + _REC > len(self.rec):
+            self.rec = extend(self.rec, memoryview(bytearray(4 * len(self.rec))).cast("i"))
+        rec = self.rec
+        rec[b + _LINK] = -1
+        rec[b + _LEN] = i32(length)
+        rec[b + _END] = i32(end)
+        rec[b + _FTOK] = -1
+        rec[b + _FDST] = -1
+        rec[b + _XHEAD] = -1
+        self.nst = s + 1
         return s
 
-    def _hslot(self, s: i64, c: i64) -> i64:
-        """Slot of key (s, c) in the edge table: where it is, or the empty slot to put it."""
+    def _slot(self, s: i64, c: i64) -> i64:
+        """Index (of the key) where (s, c) is in the table, or of the empty slot for it."""
         key: i64 = (s << 32) | c
-        h: i64 = ((s * _HA + c * _HB) >> 13) & self.hmask
-        keys = self.hkeys
+        h: i64 = ((s * _HA + c * _HB) >> 13) & self.tmask
+        table = self.table
         while True:
-            k = keys[h]
+            k = table[2 * h]
             if k == key or k == _EMPTY:  # noqa: SIM109 - no tuple in the hot loop
-                return h
-            h = (h + 1) & self.hmask
+                return 2 * h
+            h = (h + 1) & self.tmask
 
     def _grow_table(self) -> None:
-        old_keys = self.hkeys
-        old_vals = self.hvals
-        size: i64 = 2 * len(old_keys)
-        self.hkeys = vec[i64]([_EMPTY] * size)
-        self.hvals = vec[i32]([0] * size)
-        self.hmask = size - 1
-        for i in range(len(old_keys)):
-            k = old_keys[i]
+        old = self.table
+        slots: i64 = len(old)  # twice as many slots as before (each slot is two entries)
+        self.table = _empty_table(slots)
+        self.tmask = slots - 1
+        for i in range(0, len(old), 2):
+            k = old[i]
             if k != _EMPTY:
-                h = self._hslot(k >> 32, k & 0xFFFFFFFF)
-                self.hkeys[h] = k
-                self.hvals[h] = old_vals[i]
+                j = self._slot(k >> 32, k & 0xFFFFFFFF)
+                self.table[j] = k
+                self.table[j + 1] = old[i + 1]
 
     def _get(self, s: i64, c: i64) -> i64:
-        if self.fe_tok[s] == c:
-            return i64(self.fe_dst[s])
-        if self.xe_head[s] < 0:
+        b: i64 = s * _REC
+        if i64(self.rec[b + _FTOK]) == c:
+            return i64(self.rec[b + _FDST])
+        if self.rec[b + _XHEAD] < 0:
             return -1
-        h = self._hslot(s, c)
-        if self.hkeys[h] == _EMPTY:
+        j = self._slot(s, c)
+        if self.table[j] == _EMPTY:
             return -1
-        return i64(self.x_dst[i64(self.hvals[h])])
+        return self.table[j + 1]
 
     def _add(self, s: i64, c: i64, d: i64) -> None:
         """Add the edge (s, c) -> d; it must not exist yet."""
-        if self.fe_tok[s] < 0:
-            self.fe_tok[s] = i32(c)
-            self.fe_dst[s] = i32(d)
+        b: i64 = s * _REC
+        if self.rec[b + _FTOK] < 0:
+            self.rec[b + _FTOK] = i32(c)
+            self.rec[b + _FDST] = i32(d)
             return
-        if 2 * (self.hused + 1) > len(self.hkeys):
+        if 4 * (self.tused + 1) > len(self.table):  # keep the table at most half full
             self._grow_table()
         e: i64 = len(self.x_tok)
         self.x_tok = append(self.x_tok, i32(c))
-        self.x_dst = append(self.x_dst, i32(d))
-        self.x_next = append(self.x_next, self.xe_head[s])
-        self.xe_head[s] = i32(e)
-        h = self._hslot(s, c)
-        self.hkeys[h] = (s << 32) | c
-        self.hvals[h] = i32(e)
-        self.hused += 1
+        self.x_next = append(self.x_next, self.rec[b + _XHEAD])
+        self.rec[b + _XHEAD] = i32(e)
+        j = self._slot(s, c)
+        self.table[j] = (s << 32) | c
+        self.table[j + 1] = d
+        self.tused += 1
 
-    def _redirect(self, s: i64, c: i64, d: i64) -> None:
-        if self.fe_tok[s] == c:
-            self.fe_dst[s] = i32(d)
-        else:
-            self.x_dst[i64(self.hvals[self._hslot(s, c)])] = i32(d)
+    def _swap(self, s: i64, c: i64, old: i64, new: i64) -> bool:
+        """Point the edge (s, c) at `new` if it points at `old`."""
+        b: i64 = s * _REC
+        if i64(self.rec[b + _FTOK]) == c:
+            if i64(self.rec[b + _FDST]) != old:
+                return False
+            self.rec[b + _FDST] = i32(new)
+            return True
+        j = self._slot(s, c)
+        if self.table[j] == _EMPTY or self.table[j + 1] != old:
+            return False
+        self.table[j + 1] = new
+        return True
 
     def extend(self, token: int) -> None:
         """Append one token (amortised O(1))."""
@@ -217,29 +245,35 @@ class SuffixAutomaton(Automaton):
         n: i64 = len(self.text)
         cur = self._new_state(n, n)
         p: i64 = self.last
-        while p != -1 and self._get(p, c) < 0:
+        q: i64 = -1
+        while p >= 0:
+            q = self._get(p, c)
+            if q >= 0:
+                break
             self._add(p, c, cur)
-            p = i64(self.link[p])
-        if p == -1:
-            self.link[cur] = ROOT
+            p = i64(self.rec[p * _REC + _LINK])
+        rec = self.rec
+        if p < 0:
+            rec[cur * _REC + _LINK] = ROOT
+        elif i64(rec[p * _REC + _LEN]) + 1 == i64(rec[q * _REC + _LEN]):
+            rec[cur * _REC + _LINK] = i32(q)
         else:
-            q: i64 = self._get(p, c)
-            if self.slen[p] + 1 == self.slen[q]:
-                self.link[cur] = i32(q)
-            else:
-                clone = self._new_state(i64(self.slen[p]) + 1, i64(self.minend[q]))
-                self.link[clone] = self.link[q]
-                self.fe_tok[clone] = self.fe_tok[q]
-                self.fe_dst[clone] = self.fe_dst[q]
-                e: i64 = i64(self.xe_head[q])
-                while e >= 0:
-                    self._add(clone, i64(self.x_tok[e]), i64(self.x_dst[e]))
-                    e = i64(self.x_next[e])
-                while p != -1 and self._get(p, c) == q:
-                    self._redirect(p, c, clone)
-                    p = i64(self.link[p])
-                self.link[q] = i32(clone)
-                self.link[cur] = i32(clone)
+            qb: i64 = q * _REC
+            clone = self._new_state(i64(rec[p * _REC + _LEN]) + 1, i64(rec[qb + _END]))
+            rec = self.rec  # _new_state may have grown it
+            cb: i64 = clone * _REC
+            rec[cb + _LINK] = rec[qb + _LINK]
+            rec[cb + _FTOK] = rec[qb + _FTOK]
+            rec[cb + _FDST] = rec[qb + _FDST]
+            e: i64 = i64(rec[qb + _XHEAD])
+            while e >= 0:
+                t: i64 = i64(self.x_tok[e])
+                self._add(clone, t, self.table[self._slot(q, t) + 1])
+                e = i64(self.x_next[e])
+            while p >= 0 and self._swap(p, c, q, clone):
+                p = i64(self.rec[p * _REC + _LINK])
+            self.rec[qb + _LINK] = i32(clone)
+            self.rec[cur * _REC + _LINK] = i32(clone)
         self.last = cur
 
     def extend_many(self, tokens: list[int]) -> None:
@@ -248,35 +282,33 @@ class SuffixAutomaton(Automaton):
 
     def _compute_counts(self) -> None:
         """cnt_endpos for every state: one pass over the link tree in decreasing length."""
-        ns: i64 = len(self.slen)
+        ns: i64 = self._nstates()
         n: i64 = len(self.text)
         # Counting sort of the states by length.
-        buckets = vec[i32]([0] * (n + 2))
+        buckets = _zeros32(n + 2)
         for s in range(ns):
-            ln = self.slen[s]
-            buckets[i64(ln)] = buckets[i64(ln)] + 1
+            ln = self._len(s)
+            buckets[ln] = buckets[ln] + 1
         acc: i64 = 0
         for ln2 in range(n + 1):
             b: i64 = i64(buckets[ln2])
             buckets[ln2] = i32(acc)
             acc += b
-        order = vec[i32]([0] * ns)
+        order = _zeros32(ns)
         for s in range(ns):
-            ln = self.slen[s]
-            order[i64(buckets[i64(ln)])] = i32(s)
-            buckets[i64(ln)] = buckets[i64(ln)] + 1
-        # A state whose longest string ends where it first ends was created by extend (not a clone)
-        # and owns one end position of its own.
-        cnt = vec[i32]([0] * ns)
+            ln = self._len(s)
+            order[i64(buckets[ln])] = i32(s)
+            buckets[ln] = buckets[ln] + 1
+        cnt = _zeros32(ns)
         for s in range(1, ns):
             # Originals (made by extend at step i) have length == minend == i; a clone copies
             # minend from a longer state, so its length is below it. Only originals own an end.
-            if self.slen[s] == self.minend[s]:
+            if self._len(s) == self._minend(s):
                 cnt[s] = 1
         i: i64 = ns - 1
         while i > 0:
             s2: i64 = i64(order[i])
-            up: i64 = i64(self.link[s2])
+            up: i64 = self._link(s2)
             cnt[up] = cnt[up] + cnt[s2]
             i -= 1
         self.cnt = cnt
@@ -287,44 +319,66 @@ class SuffixAutomaton(Automaton):
             self._compute_counts()
 
     def freeze(self) -> None:
-        """Count occurrences and replace the growing edge table by the compact sorted one."""
+        """Count occurrences and replace the growing tables by the compact sorted ones."""
         if self.frozen:
             return
         self._compute_counts()
-        ns: i64 = len(self.slen)
-        off = vec[i32](capacity=ns + 1)
-        etok = vec[i32](capacity=len(self.x_tok) + ns)
-        edst = vec[i32](capacity=len(self.x_tok) + ns)
-        toks: list[int] = []
-        dsts: list[int] = []
+        ns: i64 = self.nst
+        rec = self.rec
+        link = _zeros32(ns)
+        slen = _zeros32(ns)
+        minend = _zeros32(ns)
+        off = _zeros32(ns + 1)
         for s in range(ns):
-            off = append(off, i32(len(etok)))
-            toks.clear()
-            dsts.clear()
-            self._children(s, toks, dsts)
-            k: i64 = len(toks)
-            if k == 1:
-                etok = append(etok, i32(toks[0]))
-                edst = append(edst, i32(dsts[0]))
-            elif k > 1:
-                pairs = sorted(zip(toks, dsts, strict=True))
-                for t, d in pairs:
-                    etok = append(etok, i32(t))
-                    edst = append(edst, i32(d))
-        off = append(off, i32(len(etok)))
+            b: i64 = s * _REC
+            link[s] = rec[b + _LINK]
+            slen[s] = rec[b + _LEN]
+            minend[s] = rec[b + _END]
+            if rec[b + _FTOK] >= 0:
+                off[s + 1] = 1
+        table = self.table
+        for i in range(0, len(table), 2):
+            k = table[i]
+            if k != _EMPTY:
+                src: i64 = (k >> 32) + 1
+                off[src] = off[src] + 1
+        for s in range(ns):
+            off[s + 1] = off[s + 1] + off[s]
+        ne: i64 = i64(off[ns])
+        etok = _zeros32(ne)
+        edst = _zeros32(ne)
+        fill = vec[i32](off)
+        for s in range(ns):
+            b = s * _REC
+            if rec[b + _FTOK] >= 0:
+                at: i64 = i64(fill[s])
+                etok[at] = rec[b + _FTOK]
+                edst[at] = rec[b + _FDST]
+                fill[s] = i32(at + 1)
+        for i in range(0, len(table), 2):
+            k = table[i]
+            if k != _EMPTY:
+                s3: i64 = k >> 32
+                at2: i64 = i64(fill[s3])
+                etok[at2] = i32(k & 0xFFFFFFFF)
+                edst[at2] = i32(table[i + 1])
+                fill[s3] = i32(at2 + 1)
+        for s in range(ns):
+            lo: i64 = i64(off[s])
+            hi: i64 = i64(off[s + 1])
+            if hi - lo > 1:
+                _sort_edges(etok, edst, lo, hi)
+        self.link = link
+        self.slen = slen
+        self.minend = minend
         self.off = off
         self.etok = etok
         self.edst = edst
-        empty32 = vec[i32]()
-        self.fe_tok = empty32
-        self.fe_dst = empty32
-        self.xe_head = empty32
-        self.x_tok = empty32
-        self.x_dst = empty32
-        self.x_next = empty32
-        self.hkeys = vec[i64]()
-        self.hvals = empty32
-        self.hmask = 0
+        self.rec = vec[i32]()
+        self.x_tok = vec[i32]()
+        self.x_next = vec[i32]()
+        self.table = vec[i64]()
+        self.tmask = 0
         self.frozen = True
 
     # -- queries ----------------------------------------------------------------------------
@@ -333,19 +387,25 @@ class SuffixAutomaton(Automaton):
         return len(self.text)
 
     def _nstates(self) -> i64:
-        return len(self.slen)
+        return len(self.slen) if self.frozen else self.nst
 
     def _tok(self, pos: i64) -> i64:
         return i64(self.text[pos])
 
     def _len(self, s: i64) -> i64:
-        return i64(self.slen[s])
+        if self.frozen:
+            return i64(self.slen[s])
+        return i64(self.rec[s * _REC + _LEN])
 
     def _link(self, s: i64) -> i64:
-        return i64(self.link[s])
+        if self.frozen:
+            return i64(self.link[s])
+        return i64(self.rec[s * _REC + _LINK])
 
     def _minend(self, s: i64) -> i64:
-        return i64(self.minend[s])
+        if self.frozen:
+            return i64(self.minend[s])
+        return i64(self.rec[s * _REC + _END])
 
     def _cnt(self, s: i64) -> i64:
         return i64(self.cnt[s])
@@ -372,14 +432,16 @@ class SuffixAutomaton(Automaton):
                 toks.append(i64(self.etok[i]))
                 dsts.append(i64(self.edst[i]))
             return
-        if self.fe_tok[s] < 0:
+        b: i64 = s * _REC
+        if self.rec[b + _FTOK] < 0:
             return
-        toks.append(self.fe_tok[s])
-        dsts.append(self.fe_dst[s])
-        e: i64 = i64(self.xe_head[s])
+        toks.append(i64(self.rec[b + _FTOK]))
+        dsts.append(i64(self.rec[b + _FDST]))
+        e: i64 = i64(self.rec[b + _XHEAD])
         while e >= 0:
-            toks.append(self.x_tok[e])
-            dsts.append(self.x_dst[e])
+            t: i64 = i64(self.x_tok[e])
+            toks.append(t)
+            dsts.append(self.table[self._slot(s, t) + 1])
             e = i64(self.x_next[e])
 
     @property
@@ -402,25 +464,41 @@ class SuffixAutomaton(Automaton):
         ]
 
     def nbytes(self) -> int:
-        """Bytes held by the arrays (capacity slack excluded)."""
+        """Bytes held by the arrays (spare capacity of the growing record table included)."""
         total: i64 = 4 * (
             len(self.text)
+            + len(self.rec)
+            + len(self.x_tok)
+            + len(self.x_next)
+            + len(self.cnt)
             + len(self.link)
             + len(self.slen)
             + len(self.minend)
-            + len(self.cnt)
-            + len(self.fe_tok)
-            + len(self.fe_dst)
-            + len(self.xe_head)
-            + len(self.x_tok)
-            + len(self.x_dst)
-            + len(self.x_next)
-            + len(self.hvals)
             + len(self.off)
             + len(self.etok)
             + len(self.edst)
         )
-        return total + 8 * len(self.hkeys)
+        return total + 8 * len(self.table)
+
+
+def _sort_edges(etok: vec[i32], edst: vec[i32], lo: i64, hi: i64) -> None:
+    """Sort the edges [lo, hi) by token: insertion sort for the usual few, sorted() for hubs."""
+    if hi - lo > 32:
+        pairs = sorted([(i64(etok[i]), i64(edst[i])) for i in range(lo, hi)])
+        for k in range(len(pairs)):
+            etok[lo + k] = i32(pairs[k][0])
+            edst[lo + k] = i32(pairs[k][1])
+        return
+    for i in range(lo + 1, hi):
+        t: i32 = etok[i]
+        d: i32 = edst[i]
+        j: i64 = i - 1
+        while j >= lo and etok[j] > t:
+            etok[j + 1] = etok[j]
+            edst[j + 1] = edst[j]
+            j -= 1
+        etok[j + 1] = t
+        edst[j + 1] = d
 
 
 def build(tokens: list[int], freeze: bool = True) -> SuffixAutomaton:
@@ -436,6 +514,7 @@ def build(tokens: list[int], freeze: bool = True) -> SuffixAutomaton:
 ARRAY_NAMES: Final = ("text", "link", "slen", "minend", "cnt", "off", "etok", "edst")
 
 
+@final
 class MappedAutomaton(Automaton):
     """A frozen automaton read in place from int32 memoryviews (a memory-mapped segment)."""
 
@@ -513,6 +592,7 @@ class MappedAutomaton(Automaton):
         dsts.extend(self.edst[lo:hi].tolist())
 
 
+@final
 class DeadSpans:
     """Sorted, disjoint token spans [start, end) of removed documents, shared by cursors."""
 
@@ -552,6 +632,7 @@ class DeadSpans:
         return lo > 0 and pos < i64(self.ends[lo - 1])
 
 
+@final
 class MatchCursor:
     """The longest suffix of the fed tokens that occurs in the automaton's text.
 
@@ -771,6 +852,7 @@ class MatchCursor:
         return seq
 
 
+@final
 class MultiCursor:
     """One MatchCursor per automaton (index segments); answers with the best of them.
 

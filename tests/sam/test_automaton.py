@@ -191,3 +191,18 @@ def test_reset_and_copy(sam_mod: ModuleType) -> None:
     cur.reset()
     assert cur.match_len == 0 and cur.draft(3) == []
     assert twin.match_len == 2 and twin.draft(3) == [3, 1, 2]
+
+
+def test_growth_from_nothing_matches_preallocated(
+    sam_mod: ModuleType, real_tokens: list[int]
+) -> None:
+    """Tables that grow as tokens arrive end in the same automaton as presized ones."""
+    text = real_tokens[:8000]
+    grown = sam_mod.SuffixAutomaton()
+    grown.extend_many(text)
+    cur = feed(sam_mod, grown, text[100:140])
+    assert cur.match_len == 40  # growing automata answer too
+    assert cur.draft_tree(6, 3, 2) == draft_tree(text, text[100:140], 6, 3, 2)
+    grown.freeze()
+    sized = sam_mod.build(text)
+    assert [(n, list(v)) for n, v in grown.arrays()] == [(n, list(v)) for n, v in sized.arrays()]
