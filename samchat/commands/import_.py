@@ -78,7 +78,11 @@ def import_and_index(
         if not args.no_index:
             try:
                 manager = open_index(store, args)
-                manager.open()  # catch up first, so a half-finished earlier import is healed
+                # Catch up first, so a half-finished earlier import is healed.
+                if manager.open().rebuilt:
+                    err_console.print(
+                        "the static index was unreadable; rebuilt it from the database"
+                    )
             except ModelLoadError as exc:
                 err_console.print(f"warning: not indexing ({exc})")
                 manager = None
