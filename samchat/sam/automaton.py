@@ -15,10 +15,15 @@ read back by MappedAutomaton through memoryviews over a memory map.
 import heapq
 from typing import Final, final
 
+from librt.strings import BytesWriter, write_i16_le
 from librt.vecs import append, extend, vec
-from mypy_extensions import i32, i64
+from mypy_extensions import i16, i32, i64
 
 ROOT: Final = 0
+# States with more edges than HUB_MIN keep their HUB_K most frequent children in a side table,
+# so that tree drafts need not scan thousands of edges.
+HUB_MIN: Final = 16
+HUB_K: Final = 8
 _MAX_TOKEN: Final = 0x7FFFFFFF
 _EMPTY: Final = -1
 # Multipliers for the edge hash; both < 2**31 so that no product overflows an i64.
@@ -60,6 +65,28 @@ class Automaton:
 
     def _prepare_counts(self) -> None:
         """Make _cnt valid (a growing automaton counts lazily)."""
+
+    def _is_frozen(self) -> bool:
+        """Frozen automata never split states, so cursors skip the re-anchoring step."""
+        raise NotImplementedError
+
+    def _span(self, start: i64, n: i64) -> list[int]:
+        """Tokens [start, start + n) clipped to the text (one bulk read)."""
+        raise NotImplementedError
+
+    def _fanout(self, s: i64) -> i64:
+        """Number of edges of s (frozen layouts only; -1 when unknown)."""
+        return -1
+
+    def _hub(self, s: i64) -> i64:
+        """Row of s in the table of top children of high-fanout states, or -1."""
+        return -1
+
+    def _hub_tok(self, row: i64, j: i64) -> i64:
+        raise NotImplementedError
+
+    def _hub_dst(self, row: i64, j: i64) -> i64:
+        raise NotImplementedError
 
     @property
     def n_tokens(self) -> int:
@@ -125,6 +152,9 @@ class SuffixAutomaton(Automaton):
     off: vec[i32]
     etok: vec[i32]
     edst: vec[i32]
+    hub_state: vec[i32]
+    hub_tok: vec[i32]
+    hub_dst: vec[i32]
 
     def __init__(self, capacity: int = 0) -> None:
         cap: i64 = capacity if capacity > 16 else 16
@@ -149,6 +179,9 @@ class SuffixAutomaton(Automaton):
         self.off = vec[i32]()
         self.etok = vec[i32]()
         self.edst = vec[i32]()
+        self.hub_state = vec[i32]()
+        self.hub_tok = vec[i32]()
+        self.hub_dst = vec[i32]()
         self._new_state(0, 0)
 
     # -- building ---------------------------------------------------------------------------
@@ -363,11 +396,27 @@ class SuffixAutomaton(Automaton):
                 etok[at2] = i32(k & 0xFFFFFFFF)
                 edst[at2] = i32(table[i + 1])
                 fill[s3] = i32(at2 + 1)
+        hub_state = vec[i32]()
+        hub_tok = vec[i32]()
+        hub_dst = vec[i32]()
+        cnt = self.cnt
         for s in range(ns):
             lo: i64 = i64(off[s])
             hi: i64 = i64(off[s + 1])
             if hi - lo > 1:
                 _sort_edges(etok, edst, lo, hi)
+            if hi - lo > HUB_MIN:
+                # Most frequent first, ties to the smaller token: the order tree drafts use.
+                kids = sorted(
+                    [(-i64(cnt[i64(edst[i])]), i64(etok[i]), i64(edst[i])) for i in range(lo, hi)]
+                )
+                hub_state = append(hub_state, i32(s))
+                for j in range(HUB_K):
+                    hub_tok = append(hub_tok, i32(kids[j][1]))
+                    hub_dst = append(hub_dst, i32(kids[j][2]))
+        self.hub_state = hub_state
+        self.hub_tok = hub_tok
+        self.hub_dst = hub_dst
         self.link = link
         self.slen = slen
         self.minend = minend
@@ -409,6 +458,38 @@ class SuffixAutomaton(Automaton):
 
     def _cnt(self, s: i64) -> i64:
         return i64(self.cnt[s])
+
+    def _is_frozen(self) -> bool:
+        return self.frozen
+
+    def _span(self, start: i64, n: i64) -> list[int]:
+        end: i64 = min(start + n, len(self.text))
+        return [i64(self.text[i]) for i in range(start, end)]
+
+    def _fanout(self, s: i64) -> i64:
+        if not self.frozen:
+            return -1
+        return i64(self.off[s + 1]) - i64(self.off[s])
+
+    def _hub(self, s: i64) -> i64:
+        lo: i64 = 0
+        hi: i64 = len(self.hub_state)
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            v: i64 = i64(self.hub_state[mid])
+            if v < s:
+                lo = mid + 1
+            elif v > s:
+                hi = mid
+            else:
+                return mid
+        return -1
+
+    def _hub_tok(self, row: i64, j: i64) -> i64:
+        return i64(self.hub_tok[row * HUB_K + j])
+
+    def _hub_dst(self, row: i64, j: i64) -> i64:
+        return i64(self.hub_dst[row * HUB_K + j])
 
     def _next(self, s: i64, c: i64) -> i64:
         if not self.frozen:
@@ -461,6 +542,9 @@ class SuffixAutomaton(Automaton):
             ("off", self.off),
             ("etok", self.etok),
             ("edst", self.edst),
+            ("hub_state", self.hub_state),
+            ("hub_tok", self.hub_tok),
+            ("hub_dst", self.hub_dst),
         ]
 
     def nbytes(self) -> int:
@@ -477,6 +561,9 @@ class SuffixAutomaton(Automaton):
             + len(self.off)
             + len(self.etok)
             + len(self.edst)
+            + len(self.hub_state)
+            + len(self.hub_tok)
+            + len(self.hub_dst)
         )
         return total + 8 * len(self.table)
 
@@ -511,7 +598,32 @@ def build(tokens: list[int], freeze: bool = True) -> SuffixAutomaton:
     return sam
 
 
-ARRAY_NAMES: Final = ("text", "link", "slen", "minend", "cnt", "off", "etok", "edst")
+def narrow16(v: vec[i32]) -> bytes | None:
+    """The array as little-endian uint16 when every value fits (token ids of most tokenizers
+    do), else None: the index stores such arrays in half the space."""
+    w = BytesWriter()
+    for i in range(len(v)):
+        x: i32 = v[i]
+        if x < 0 or x > 0xFFFF:
+            return None
+        # The same two bytes as the unsigned value (librt has no u16 writer in mypy's stubs).
+        write_i16_le(w, i16(x - 0x10000 if x > 0x7FFF else x))
+    return w.getvalue()
+
+
+ARRAY_NAMES: Final = (
+    "text",
+    "link",
+    "slen",
+    "minend",
+    "cnt",
+    "off",
+    "etok",
+    "edst",
+    "hub_state",
+    "hub_tok",
+    "hub_dst",
+)
 
 
 @final
@@ -526,8 +638,12 @@ class MappedAutomaton(Automaton):
     off: memoryview
     etok: memoryview
     edst: memoryview
+    hub_state: memoryview
+    hub_tok: memoryview
+    hub_dst: memoryview
     ntok: i64
     nst: i64
+    nhub: i64
 
     def __init__(self, views: list[memoryview]) -> None:
         if len(views) != len(ARRAY_NAMES):
@@ -540,8 +656,12 @@ class MappedAutomaton(Automaton):
         self.off = views[5]
         self.etok = views[6]
         self.edst = views[7]
+        self.hub_state = views[8]
+        self.hub_tok = views[9]
+        self.hub_dst = views[10]
         self.ntok = len(self.text)
         self.nst = len(self.slen)
+        self.nhub = len(self.hub_state)
 
     def _ntok(self) -> i64:
         return self.ntok
@@ -567,6 +687,40 @@ class MappedAutomaton(Automaton):
 
     def _cnt(self, s: i64) -> i64:
         v: int = self.cnt[s]
+        return v
+
+    def _is_frozen(self) -> bool:
+        return True
+
+    def _span(self, start: i64, n: i64) -> list[int]:
+        return self.text[start : start + n].tolist()
+
+    def _fanout(self, s: i64) -> i64:
+        lo: int = self.off[s]
+        hi: int = self.off[s + 1]
+        return hi - lo
+
+    def _hub(self, s: i64) -> i64:
+        lo: i64 = 0
+        hi: i64 = self.nhub
+        hs = self.hub_state
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            v: i64 = hs[mid]
+            if v < s:
+                lo = mid + 1
+            elif v > s:
+                hi = mid
+            else:
+                return mid
+        return -1
+
+    def _hub_tok(self, row: i64, j: i64) -> i64:
+        v: int = self.hub_tok[row * HUB_K + j]
+        return v
+
+    def _hub_dst(self, row: i64, j: i64) -> i64:
+        v: int = self.hub_dst[row * HUB_K + j]
         return v
 
     def _next(self, s: i64, c: i64) -> i64:
@@ -649,9 +803,11 @@ class MatchCursor:
     eff_state: i64
     eff_len: i64
     eff_valid: bool
+    frozen: bool
 
     def __init__(self, sam: Automaton, stop_token: int = -1, dead: DeadSpans | None = None) -> None:
         self.sam = sam
+        self.frozen = sam._is_frozen()
         self.stop = stop_token
         self.dead = dead if dead is not None else DeadSpans()
         self.seen_version = -1
@@ -685,13 +841,16 @@ class MatchCursor:
             self.reset()
             return
         sam = self.sam
+        if not self.frozen:
+            self.frozen = sam._is_frozen()
         c: i64 = token
         s: i64 = self.state
         ln: i64 = self.mlen
         # A growing automaton may have split our state since the last feed (a clone took the
         # shorter strings); climb to the state that really holds the current match.
-        while s != ROOT and sam._len(sam._link(s)) >= ln:
-            s = sam._link(s)
+        if not self.frozen:
+            while s != ROOT and sam._len(sam._link(s)) >= ln:
+                s = sam._link(s)
         while True:
             t = sam._next(s, c)
             if t >= 0:
@@ -721,8 +880,14 @@ class MatchCursor:
         sam = self.sam
         s: i64 = self.state
         ln: i64 = self.mlen
-        while s != ROOT and sam._len(sam._link(s)) >= ln:
-            s = sam._link(s)
+        if not self.frozen:
+            while s != ROOT and sam._len(sam._link(s)) >= ln:
+                s = sam._link(s)
+        if self.dead.size() == 0:
+            self.eff_state = s
+            self.eff_len = ln
+            self.eff_valid = True
+            return
         while s != ROOT and self._dead(sam._minend(s)):
             s = sam._link(s)
             ln = sam._len(s)
@@ -751,28 +916,27 @@ class MatchCursor:
         self.sam._prepare_counts()
         return self.sam._cnt(self.eff_state)
 
-    def _avail(self, start: i64, n: i64) -> i64:
-        """How many of the n tokens from `start` are draftable (stop at the separator)."""
-        sam = self.sam
-        end: i64 = sam._ntok()
-        k: i64 = 0
-        while k < n and start + k < end and sam._tok(start + k) != self.stop:
-            k += 1
-        return k
+    def _take(self, start: i64, n: i64) -> list[int]:
+        """The draftable tokens among the n from `start`: up to the separator."""
+        toks = self.sam._span(start, n)
+        stop = self.stop
+        if stop >= 0:
+            for i in range(len(toks)):
+                if toks[i] == stop:
+                    return toks[:i]
+        return toks
 
     def draft(self, n: int) -> list[int]:
         """Up to n tokens that followed the match; shorter matches are tried when too few follow."""
-        out: list[int] = []
         self._effective()
         if n <= 0 or self.eff_len == 0:
-            return out
+            return []
         sam = self.sam
         want: i64 = n
         s: i64 = self.eff_state
-        best_start: i64 = sam._minend(s)
-        best_k = self._avail(best_start, want)
-        last_start = best_start
-        while best_k < want:
+        last_start: i64 = sam._minend(s)
+        best = self._take(last_start, want)
+        while len(best) < want:
             s = sam._link(s)
             if s == ROOT:
                 break
@@ -780,13 +944,10 @@ class MatchCursor:
             if start == last_start or self._dead(start):
                 continue
             last_start = start
-            k = self._avail(start, want)
-            if k > best_k:
-                best_k = k
-                best_start = start
-        for i in range(best_k):
-            out.append(sam._tok(best_start + i))
-        return out
+            toks = self._take(start, want)
+            if len(toks) > len(best):
+                best = toks
+        return best
 
     def draft_tree(self, max_nodes: int, max_depth: int, topk: int) -> tuple[list[int], list[int]]:
         """Best-first tree of likely continuations, scored by occurrence ratios along the path.
@@ -826,6 +987,26 @@ class MatchCursor:
         total: i64 = sam._cnt(s)
         if total <= 0:
             return seq
+        if topk <= HUB_K and sam._fanout(s) > HUB_MIN:
+            row = sam._hub(s)
+            if row >= 0:
+                # The table holds the first HUB_K children in draft order: when enough of them
+                # are draftable they are exactly the topk a full scan would pick.
+                picked: list[tuple[int, int]] = []
+                for j in range(HUB_K):
+                    t0 = sam._hub_tok(row, j)
+                    d0 = sam._hub_dst(row, j)
+                    if t0 == self.stop or self._dead(sam._minend(d0)):
+                        continue
+                    picked.append((t0, d0))
+                    if len(picked) == topk:
+                        for t1, d1 in picked:
+                            c1: int = sam._cnt(d1)
+                            heapq.heappush(
+                                heap, (-(score * c1 / float(total)), seq, t1, d1, node, depth)
+                            )
+                            seq += 1
+                        return seq
         toks: list[int] = []
         dsts: list[int] = []
         sam._children(s, toks, dsts)
@@ -887,10 +1068,16 @@ class MultiCursor:
             ln: i64 = cur.match_len
             if ln == 0 or ln < best_len:
                 continue
-            occ: i64 = cur.occurrences
-            if ln > best_len or occ > best_cnt:
+            if ln > best_len:
                 best = i
                 best_len = ln
+                best_cnt = -1  # counted only if another cursor ties
+                continue
+            if best_cnt < 0:
+                best_cnt = self.cursors[best].occurrences
+            occ: i64 = cur.occurrences
+            if occ > best_cnt:
+                best = i
                 best_cnt = occ
         return best
 

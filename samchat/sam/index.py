@@ -49,6 +49,10 @@ MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
 _PREFIX = struct.Struct("<8sIII")
 _ALIGN = 8
+# Arrays of token ids, stored as uint16 when every id fits.
+NARROW = frozenset({"text", "etok", "hub_tok"})
+# Stored type -> (memoryview format, bytes per item).
+_ITEM = {"i32": ("i", 4), "u16": ("H", 2)}
 # Above this many segments flush() merges the smallest ones.
 MAX_SEGMENTS = 8
 # Checksums of big arrays run in threads: zlib releases the GIL.
@@ -103,12 +107,21 @@ def write_segment(
     path: Path, sam: SuffixAutomaton, docs: list[DocSpan], fingerprint: str, separator: int
 ) -> int:
     """Write a frozen automaton as a segment file; returns its size in bytes."""
-    arrays = sam.arrays()
+    blobs: list[bytes | memoryview] = []
     entries: list[dict[str, Any]] = []
-    # Offsets depend on the header length, which depends on the offsets' digits: fix the
-    # header size first with placeholder offsets, then fill them in.
-    for name, arr in arrays:
-        entries.append({"name": name, "count": len(arr), "crc": _crc(memoryview(arr)), "offset": 0})
+    for name, arr in sam.arrays():
+        narrow = impl.narrow16(arr) if name in NARROW and sys.byteorder == "little" else None
+        blob = narrow if narrow is not None else memoryview(arr)
+        blobs.append(blob)
+        entries.append(
+            {
+                "name": name,
+                "type": "u16" if narrow is not None else "i32",
+                "count": len(arr),
+                "crc": _crc(blob),
+                "offset": 0,
+            }
+        )
     header: dict[str, Any] = {
         "fingerprint": fingerprint,
         "separator": separator,
@@ -118,24 +131,26 @@ def write_segment(
         "docs": [[d.doc_id, d.serial, d.start, d.end] for d in docs],
         "arrays": entries,
     }
+    # Offsets depend on the header length, which depends on the offsets' digits: lay out
+    # until it stops changing.
     for _ in range(3):
         raw = json.dumps(header, separators=(",", ":")).encode()
         pos = _PREFIX.size + len(raw)
         for entry in entries:
             pos = (pos + _ALIGN - 1) // _ALIGN * _ALIGN
             entry["offset"] = pos
-            pos += 4 * entry["count"]
+            pos += _ITEM[entry["type"]][1] * entry["count"]
     raw = json.dumps(header, separators=(",", ":")).encode()
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(_PREFIX.pack(MAGIC, FORMAT_VERSION, len(raw), _crc(raw)))
         f.write(raw)
-        for entry, (_, arr) in zip(entries, arrays, strict=True):
+        for entry, blob in zip(entries, blobs, strict=True):
             here = f.tell()
             if here > entry["offset"]:  # pragma: no cover - the loop above converges
                 raise SamchatError("internal error: segment layout did not converge")
             f.write(b"\0" * (entry["offset"] - here))
-            f.write(memoryview(arr))
+            f.write(blob)
         size = f.tell()
         f.flush()
         os.fsync(f.fileno())
@@ -187,18 +202,25 @@ def read_segment(path: Path, fingerprint: str, separator: int) -> Segment:
             entries = header["arrays"]
             names = [e["name"] for e in entries]
             docs = [DocSpan(str(d[0]), int(d[1]), int(d[2]), int(d[3])) for d in header["docs"]]
-            spans = [(int(e["offset"]), int(e["count"]), int(e["crc"])) for e in entries]
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            spans = [
+                (int(e["offset"]), int(e["count"]), int(e["crc"]), _ITEM[e["type"]])
+                for e in entries
+            ]
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise IndexCorruptError(f"{where} has an unreadable header; rebuild the index") from exc
-        if tuple(names) != impl.ARRAY_NAMES:
+        if tuple(names) != impl.ARRAY_NAMES or any(
+            fmt == "H" and name not in NARROW
+            for name, (*_, (fmt, _w)) in zip(names, spans, strict=True)
+        ):
             raise IndexCorruptError(f"{where} has an unexpected layout; rebuild the index")
         whole = memoryview(mm)
         views: list[memoryview] = []
-        for offset, count, _ in spans:
-            if offset < 0 or count < 0 or offset % _ALIGN or offset + 4 * count > size:
+        for offset, count, _, (fmt, width) in spans:
+            if offset < 0 or count < 0 or offset % _ALIGN or offset + width * count > size:
                 raise IndexCorruptError(f"{where} is truncated; rebuild the index")
-            views.append(whole[offset : offset + 4 * count].cast("i"))
-        for (_, _, want), got, name in zip(spans, _crc_many(views), names, strict=True):
+            part = whole[offset : offset + width * count]
+            views.append(part.cast("H") if fmt == "H" else part.cast("i"))
+        for (_, _, want, _), got, name in zip(spans, _crc_many(views), names, strict=True):
             if want != got:
                 raise IndexCorruptError(
                     f"{where} is corrupt (checksum of {name} differs); rebuild the index"
@@ -210,6 +232,8 @@ def read_segment(path: Path, fingerprint: str, separator: int) -> Segment:
             or any(len(views[i]) != n_st for i in (1, 3, 4))
             or len(views[5]) != n_st + 1
             or len(views[6]) != len(views[7])
+            or len(views[9]) != len(views[10])
+            or len(views[9]) != impl.HUB_K * len(views[8])
         ):
             raise IndexCorruptError(f"{where} has inconsistent array sizes; rebuild the index")
         sam = impl.MappedAutomaton(views)

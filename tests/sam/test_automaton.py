@@ -206,3 +206,35 @@ def test_growth_from_nothing_matches_preallocated(
     grown.freeze()
     sized = sam_mod.build(text)
     assert [(n, list(v)) for n, v in grown.arrays()] == [(n, list(v)) for n, v in sized.arrays()]
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    text=st.lists(st.integers(0, 60), min_size=100, max_size=400),
+    query=st.lists(st.integers(0, 60), min_size=1, max_size=3),
+    topk=st.integers(1, 9),
+    dead_from=st.integers(0, 400),
+)
+def test_tree_draft_at_high_fanout_states(
+    sam_mod: ModuleType, text: list[int], query: list[int], topk: int, dead_from: int
+) -> None:
+    """Short matches over a wide alphabet reach states with many children (the hub table)."""
+    hub_text = list(text)
+    for t in range(40):  # token 7 gets 40 distinct followers with varied counts
+        hub_text += [7, t] * (1 + t % 5)
+    spans = [(dead_from, dead_from + 20)] if dead_from < len(hub_text) else []
+
+    def dead(e: int) -> bool:
+        return any(a <= e - 1 < b for a, b in spans)
+
+    sam = sam_mod.build(hub_text, freeze=True)
+    assert len(dict(sam.arrays())["hub_state"]) > 0
+    for q in (query, [7]):
+        cur = feed(sam_mod, sam, q, stop=3)
+        assert cur.draft_tree(12, 3, topk) == draft_tree(hub_text, q, 12, 3, topk, stop=3)
+        cur.set_dead_spans([a for a, _ in spans], [b for _, b in spans])
+        assert cur.draft_tree(12, 3, topk) == draft_tree(
+            hub_text, q, 12, 3, topk, stop=3, dead=dead
+        )

@@ -209,6 +209,13 @@ def _one_segment(tmp_path: Path) -> Path:
     return seg
 
 
+def _array_offset(path: Path, name: str) -> int:
+    _, _, hlen, _ = index_module._PREFIX.unpack_from(path.read_bytes())
+    raw = path.read_bytes()[index_module._PREFIX.size : index_module._PREFIX.size + hlen]
+    (entry,) = [e for e in json.loads(raw)["arrays"] if e["name"] == name]
+    return int(entry["offset"])
+
+
 def _flip(path: Path, offset: int) -> None:
     data = bytearray(path.read_bytes())
     data[offset] ^= 0x40
@@ -220,7 +227,9 @@ def _flip(path: Path, offset: int) -> None:
     [
         (lambda p: p.write_bytes(p.read_bytes()[:-10]), "truncated"),
         (lambda p: p.write_bytes(p.read_bytes()[:12]), "truncated"),
-        (lambda p: _flip(p, p.stat().st_size - 3), "checksum of edst"),
+        (lambda p: _flip(p, p.stat().st_size - 3), r"checksum of hub_dst differs"),
+        (lambda p: _flip(p, _array_offset(p, "text") + 5), r"checksum of text differs"),
+        (lambda p: _flip(p, _array_offset(p, "link") + 9), r"checksum of link differs"),
         (lambda p: _flip(p, 30), "corrupt header"),
         (lambda p: _flip(p, 2), "not a samchat index"),
         (lambda p: p.unlink(), "cannot be read"),

@@ -1,0 +1,380 @@
+"""Measurements behind `samchat bench index`: build speed, size, match/draft cost, load time.
+
+The corpus is real text: the Python standard library's sources, tokenized with the default
+model's tokenizer (cached after the first run), or split into words when the tokenizer cannot be
+loaded. Queries are held-out files, so matches are as partial as in real use.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import os
+import pickle
+import re
+import shutil
+import sysconfig
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from samchat import paths
+from samchat.sam import backend, impl, load_pure
+from samchat.sam.dict_baseline import DictAutomaton, DictCursor
+from samchat.sam.index import StaticIndex
+
+DRAFT_N = 16
+TREE = (32, 6, 4)  # max_nodes, max_depth, topk
+QUERY_TOKENS = 20_000
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class Corpus:
+    kind: str  # "tokenizer" or "words"
+    fingerprint: str
+    separator: int
+    docs: list[list[int]]  # indexed documents
+    queries: list[int]  # held-out text, fed token by token
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(d) + 1 for d in self.docs)
+
+
+def _source_texts() -> Iterator[str]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    for path in sorted(root.rglob("*.py")):
+        if "test" in path.parts or "tests" in path.parts:
+            continue
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            yield path.read_text(encoding="utf-8")
+
+
+def _word_encoder() -> tuple[Callable[[str], list[int]], str, int]:
+    vocab: dict[str, int] = {}
+    pattern = re.compile(r"\w+|[^\w\s]")
+
+    def encode(text: str) -> list[int]:
+        return [vocab.setdefault(w, len(vocab) + 1) for w in pattern.findall(text)]
+
+    return encode, "words", 0
+
+
+def _tokenizer_encoder() -> tuple[Callable[[str], list[int]], str, int]:
+    from samchat.models.loader import load_tokenizer
+
+    tok, fingerprint = load_tokenizer()
+    eos = tok.eos_token_id
+    separator = int(eos) if isinstance(eos, int) else 0
+
+    def encode(text: str) -> list[int]:
+        ids: list[int] = tok.encode(text, add_special_tokens=False)
+        return [t for t in ids if t != separator]
+
+    return encode, fingerprint, separator
+
+
+@dataclass
+class Source:
+    kind: str
+    fingerprint: str
+    separator: int
+    flat: array.array[int]
+    doc_lens: list[int]
+
+
+def load_source(want: int, kind: str, say: Say) -> Source:
+    """At least `want` tokens of Python sources, cached in the user cache directory."""
+    cache = paths.cache_dir() / "bench" / f"corpus-{kind}.i32"
+    meta_path = cache.with_suffix(".json")
+    if cache.exists() and meta_path.exists():
+        with contextlib.suppress(ValueError, KeyError, OSError):
+            meta = json.loads(meta_path.read_text())
+            flat = array.array("i")
+            flat.frombytes(cache.read_bytes())
+            if len(flat) >= want and sum(meta["doc_lens"]) == len(flat):
+                return Source(kind, meta["fingerprint"], meta["separator"], flat, meta["doc_lens"])
+    encode: Callable[[str], list[int]]
+    if kind == "tokenizer":
+        try:
+            encode, fingerprint, separator = _tokenizer_encoder()
+        except Exception as exc:
+            say(f"tokenizer unavailable ({type(exc).__name__}); using words")
+            return load_source(want, "words", say)
+    else:
+        encode, fingerprint, separator = _word_encoder()
+    say(f"tokenizing Python sources ({kind}) for {want:,} tokens (cached afterwards)")
+    flat, doc_lens = array.array("i"), []
+    for text in _source_texts():
+        ids = encode(text)
+        if ids:
+            flat.extend(ids)
+            doc_lens.append(len(ids))
+        if len(flat) >= want:
+            break
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_bytes(flat.tobytes())
+    meta_path.write_text(
+        json.dumps({"fingerprint": fingerprint, "separator": separator, "doc_lens": doc_lens})
+    )
+    return Source(kind, fingerprint, separator, flat, doc_lens)
+
+
+def make_corpus(src: Source, tokens: int) -> Corpus:
+    """Whole documents (the last one cut) up to `tokens`, then QUERY_TOKENS held-out tokens."""
+    docs: list[list[int]] = []
+    pos = used = 0
+    for n in src.doc_lens:
+        if used >= tokens:
+            break
+        take = min(n, tokens - used - 1)
+        if take > 0:
+            docs.append(src.flat[pos : pos + take].tolist())
+            used += take + 1
+        pos += n
+    queries = src.flat[pos : pos + QUERY_TOKENS].tolist()
+    return Corpus(src.kind, src.fingerprint, src.separator, docs, queries)
+
+
+def _joined(docs: list[list[int]], separator: int) -> list[int]:
+    out: list[int] = []
+    for d in docs:
+        out.extend(d)
+        out.append(separator)
+    return out
+
+
+def _best(fn: Callable[[], float], repeats: int) -> float:
+    return min(fn() for _ in range(repeats))
+
+
+def measure_build(mod: ModuleType, text: list[int], repeats: int) -> tuple[float, float, Any]:
+    """(tokens/s for extend + freeze, bytes/token while growing, the frozen automaton)."""
+    result: list[Any] = []
+
+    def once() -> float:
+        result.clear()
+        t0 = time.perf_counter()
+        sam = mod.SuffixAutomaton(len(text))
+        for t in text:
+            sam.extend(t)
+        growing = sam.nbytes()
+        sam.freeze()
+        dt = time.perf_counter() - t0
+        result.extend([growing, sam])
+        return dt
+
+    dt = _best(once, repeats)
+    return len(text) / dt, result[0] / len(text), result[1]
+
+
+def measure_cursor(cursor: Any, queries: list[int]) -> dict[str, float]:
+    """µs per feed, per sequence draft and per tree draft (drafts where a match exists)."""
+    cursor.reset()
+    t0 = time.perf_counter()
+    for t in queries:
+        cursor.feed(t)
+        if cursor.match_len:
+            pass
+    feed_s = time.perf_counter() - t0
+    cursor.reset()
+    drafts = 0
+    t0 = time.perf_counter()
+    for t in queries:
+        cursor.feed(t)
+        if cursor.match_len:
+            cursor.draft(DRAFT_N)
+            drafts += 1
+    draft_s = time.perf_counter() - t0 - feed_s
+    cursor.reset()
+    t0 = time.perf_counter()
+    for t in queries:
+        cursor.feed(t)
+        if cursor.match_len:
+            cursor.draft_tree(*TREE)
+    tree_s = time.perf_counter() - t0 - feed_s
+    n = len(queries)
+    return {
+        "match_us": feed_s / n * 1e6,
+        "draft_us": max(draft_s, 0.0) / max(drafts, 1) * 1e6,
+        "tree_draft_us": max(tree_s, 0.0) / max(drafts, 1) * 1e6,
+        "matched_fraction": drafts / n,
+    }
+
+
+def measure_baseline(text: list[int], queries: list[int]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    t0 = time.perf_counter()
+    sam = DictAutomaton()
+    for t in text:
+        sam.extend(t)
+    out["baseline_build_tokens_per_s"] = len(text) / (time.perf_counter() - t0)
+    # Memory of a smaller build, traced (tracing slows it down, so not timed).
+    sub = text[: min(len(text), 100_000)]
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    small = DictAutomaton()
+    for t in sub:
+        small.extend(t)
+    out["baseline_bytes_per_token_memory"] = (tracemalloc.get_traced_memory()[0] - before) / len(
+        sub
+    )
+    tracemalloc.stop()
+    del small
+    blob = pickle.dumps((sam.text, sam.link, sam.length, sam.minend, sam.next), protocol=5)
+    out["baseline_bytes_per_token_disk"] = len(blob) / len(text)
+    t0 = time.perf_counter()
+    pickle.loads(blob)
+    out["baseline_load_s_10m"] = (time.perf_counter() - t0) * 10_000_000 / len(text)
+    cur = DictCursor(sam)
+    t0 = time.perf_counter()
+    for t in queries:
+        cur.feed(t)
+    feed_s = time.perf_counter() - t0
+    cur = DictCursor(sam)
+    drafts = 0
+    t0 = time.perf_counter()
+    for t in queries:
+        cur.feed(t)
+        if cur.match_len:
+            cur.draft(DRAFT_N)
+            drafts += 1
+    draft_s = time.perf_counter() - t0 - feed_s
+    out["baseline_match_us"] = feed_s / len(queries) * 1e6
+    out["baseline_draft_us"] = max(draft_s, 0.0) / max(drafts, 1) * 1e6
+    out["baseline_tokens"] = len(text)
+    return out
+
+
+def measure_load(directory: Path, corpus: Corpus, repeats: int) -> float:
+    def once() -> float:
+        t0 = time.perf_counter()
+        index = StaticIndex.open(directory, corpus.fingerprint, corpus.separator)
+        cur = index.cursor()
+        cur.feed(corpus.queries[0])
+        dt = time.perf_counter() - t0
+        del cur
+        index.close()
+        return dt
+
+    return _best(once, repeats)
+
+
+def build_index(directory: Path, corpus: Corpus, docs: list[list[int]]) -> StaticIndex:
+    index = StaticIndex.recreate(directory, corpus.fingerprint, corpus.separator)
+    for i, d in enumerate(docs):
+        index.add_document(f"doc{i}", d)
+    index.flush()
+    return index
+
+
+def run_bench(
+    tokens: int,
+    load_tokens: int,
+    baseline_tokens: int,
+    pure_tokens: int,
+    kind: str,
+    say: Say,
+    workdir: Path | None = None,
+) -> dict[str, Any]:
+    src = load_source(max(tokens, load_tokens) + 2 * QUERY_TOKENS, kind, say)
+    corpus = make_corpus(src, load_tokens)
+    big_docs = corpus.docs
+    small = make_corpus(src, tokens)
+    text = _joined(small.docs, corpus.separator)
+    res: dict[str, Any] = {
+        "backend": backend(),
+        "corpus": corpus.kind,
+        "tokens": len(text),
+        "draft_n": DRAFT_N,
+        "tree": list(TREE),
+        "loadavg_1m": os.getloadavg()[0],
+    }
+    say(f"build: {len(text):,} tokens ({backend()})")
+    rate, growing, sam = measure_build(impl, text, repeats=2)
+    res["build_tokens_per_s"] = rate
+    res["bytes_per_token_building"] = growing
+    res["bytes_per_token_frozen"] = sam.nbytes() / len(text)
+    res["states_per_token"] = sam.n_states / len(text)
+    mem = measure_cursor(impl.MatchCursor(sam, corpus.separator), small.queries)
+    res.update({f"{k}_inmemory": v for k, v in mem.items() if k != "matched_fraction"})
+    del sam
+    tmp = Path(tempfile.mkdtemp(prefix="samchat-bench-", dir=workdir))
+    try:
+        say("write + memory-map the index")
+        index = build_index(tmp / "small", small, small.docs)
+        stats = index.stats()
+        res["bytes_per_token_disk"] = stats["bytes"] / stats["tokens"]
+        index.close()
+        index = StaticIndex.open(tmp / "small", small.fingerprint, small.separator)
+        # Memory once loaded = the mapped segment (nothing is copied into the heap).
+        res["bytes_per_token_memory"] = res["bytes_per_token_disk"]
+        res.update(measure_cursor(index.cursor(), small.queries))
+        index.close()
+        if load_tokens:
+            say(f"load: building a {load_tokens:,}-token index")
+            big = build_index(tmp / "big", corpus, big_docs)
+            res["load_tokens"] = big.stats()["tokens"]
+            res["load_bytes"] = big.stats()["bytes"]
+            big.close()
+            res["load_s_10m"] = measure_load(tmp / "big", corpus, repeats=3) * (
+                10_000_000 / res["load_tokens"]
+            )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    say(f"baseline: dict-per-state automaton over {baseline_tokens:,} tokens")
+    res.update(measure_baseline(text[:baseline_tokens], small.queries))
+    say(f"pure fallback over {pure_tokens:,} tokens")
+    pure = load_pure()
+    prate, _, psam = measure_build(pure, text[:pure_tokens], repeats=1)
+    res["pure_build_tokens_per_s"] = prate
+    pm = measure_cursor(pure.MatchCursor(psam, corpus.separator), small.queries[:5000])
+    res["pure_match_us"] = pm["match_us"]
+    res["pure_draft_us"] = pm["draft_us"]
+    res["pure_tokens"] = min(pure_tokens, len(text))
+    return res
+
+
+TARGETS = {
+    "build_tokens_per_s": (">=", 1.5e6),
+    "bytes_per_token_disk": ("<=", 48.0),
+    "bytes_per_token_memory": ("<=", 48.0),
+    "match_plus_draft_us": ("<=", 2.0),
+    "load_s_10m": ("<=", 0.3),
+}
+
+
+def format_report(res: dict[str, Any]) -> str:
+    res = dict(res)
+    res["match_plus_draft_us"] = res["match_us"] + res["draft_us"]
+    rows = [
+        ("build (tokens/s)", "build_tokens_per_s", "{:,.0f}"),
+        ("bytes/token on disk", "bytes_per_token_disk", "{:.1f}"),
+        ("bytes/token in memory", "bytes_per_token_memory", "{:.1f}"),
+        ("µs per match step", "match_us", "{:.2f}"),
+        (f"µs per draft ({DRAFT_N})", "draft_us", "{:.2f}"),
+        ("load of 10M tokens (s)", "load_s_10m", "{:.3f}"),
+    ]
+    lines = [f"{'':28} {'compiled':>14} {'dict baseline':>14} {'pure':>14}"]
+    for label, key, fmt in rows:
+        cells = []
+        for prefix in ("", "baseline_", "pure_"):
+            v = res.get(prefix + key)
+            cells.append(fmt.format(v) if isinstance(v, int | float) else "-")
+        lines.append(f"{label:28} {cells[0]:>14} {cells[1]:>14} {cells[2]:>14}")
+    lines.append("")
+    for key, (op, goal) in TARGETS.items():
+        v = res.get(key)
+        if not isinstance(v, int | float):
+            continue
+        ok = v >= goal if op == ">=" else v <= goal
+        lines.append(f"target {key} {op} {goal:g}: {v:,.3g} {'ok' if ok else 'MISSED'}")
+    return "\n".join(lines)
