@@ -30,7 +30,13 @@ R = TypeVar("R")
 
 
 def default_path() -> Path:
-    return data_dir() / DB_NAME
+    try:
+        return data_dir() / DB_NAME
+    except OSError as exc:
+        where = exc.filename or "the data directory"
+        raise StoreError(
+            f"cannot use the data directory {where}: {exc.strerror}; pass --data-dir"
+        ) from None
 
 
 def content_hash(text: str) -> str:

@@ -150,3 +150,11 @@ def test_index_keys_and_texts(store: Store) -> None:
 def test_directory_as_database_path(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="directory"):
         Store.open(tmp_path)
+
+
+def test_unusable_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("SAMCHAT_DATA_DIR", str(blocker / "data"))
+    with pytest.raises(StoreError, match=r"cannot use the data directory .*file/data"):
+        Store.open()
