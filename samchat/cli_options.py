@@ -11,19 +11,24 @@ from samchat.models.loader import ModelSpec
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
+    # SUPPRESS: an option given before the sub-command is not reset by the sub-command's default.
     group.add_argument(
         "--model",
-        default=None,
+        default=argparse.SUPPRESS,
         help="model directory, .gguf file or hub id (default: bundled SmolLM2-135M-Instruct)",
     )
-    group.add_argument("--device", default="auto", choices=DEVICES, help="default: auto")
-    group.add_argument("--dtype", default="auto", choices=DTYPES, help="default: auto")
+    group.add_argument("--device", default=argparse.SUPPRESS, choices=DEVICES, help="default: auto")
+    group.add_argument("--dtype", default=argparse.SUPPRESS, choices=DTYPES, help="default: auto")
     group.add_argument(
-        "--quantize", default=None, choices=("4bit", "8bit"), help="bitsandbytes (CUDA only)"
+        "--quantize",
+        default=argparse.SUPPRESS,
+        choices=("4bit", "8bit"),
+        help="bitsandbytes (CUDA only)",
     )
     group.add_argument(
         "--trust-remote-code",
         action="store_true",
+        default=argparse.SUPPRESS,
         help="run code shipped with the model (off by default)",
     )
 
@@ -31,7 +36,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 def add_data_dir_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-dir",
-        default=None,
+        default=argparse.SUPPRESS,
         help="where chats, documents and the index live (env SAMCHAT_DATA_DIR)",
     )
 
