@@ -191,6 +191,7 @@ class SamchatApp(App[None]):
         device: str | None = None,
         autoload_model: bool = True,
         theme_dirs: list[Path] | None = None,
+        cost_curve: Any = None,
     ) -> None:
         super().__init__()
         self.config_path = config_path
@@ -204,6 +205,7 @@ class SamchatApp(App[None]):
         self.cfg = config
         self.db_path = db_path
         self.theme_dirs = theme_dirs
+        self.cost_curve = cost_curve  # a known verification-cost curve (else measured once)
         self.data: backend.ChatData | None = None
         self.data_state = "none"  # opening | ready | failed
         self.chat_id: int | None = None
@@ -218,6 +220,7 @@ class SamchatApp(App[None]):
         self.job: ReplyJob | None = None  # the reply streaming now
         self.pending: ReplyJob | None = None  # a reply waiting for the model
         self.last_live: LiveStats | None = None
+        self.replies_finished = 0  # replies fully handled (stored and shown)
         self.started_at = time.perf_counter()
         self.ready_at: float | None = None
         self.ready_cpu: float | None = None  # process CPU seconds when the UI became usable
@@ -263,7 +266,9 @@ class SamchatApp(App[None]):
             self.import_store_worker()
         if self.lm is not None:
             indexer = self.indexer or self._make_indexer(self.lm)
-            self._adopt_model(self.lm, backend.Generator(self.lm, self.cfg.decoding, indexer))
+            self._adopt_model(
+                self.lm, backend.Generator(self.lm, self.cfg.decoding, indexer, self.cost_curve)
+            )
         elif self.autoload_model:
             self.start_model_load(self.model_source, self.device_name)
         self.update_status()
@@ -549,7 +554,6 @@ class SamchatApp(App[None]):
         if self.job is job:
             self.job = None
         job.live.on_done(msg.stats)
-        self.last_live = job.live
         view = job.view
         stats = dict(msg.stats)
         stats["finish_reason"] = msg.finish_reason
@@ -586,6 +590,8 @@ class SamchatApp(App[None]):
             self.notify("stopped", timeout=2)
         self.refresh_sidebar()
         self.update_status()
+        self.last_live = job.live
+        self.replies_finished += 1
 
     def _refresh_branch_headers(self) -> None:
         if self.data is None:
@@ -631,11 +637,11 @@ class SamchatApp(App[None]):
             self.post_message(ModelFailed(f"could not load the model: {type(exc).__name__}: {exc}"))
             return
         indexer = self._make_indexer(lm)
-        generator = backend.Generator(lm, decoding, indexer)
+        generator = backend.Generator(lm, decoding, indexer, self.cost_curve)
         warning = ""
         try:
-            self.post_message(ModelProgress("preparing the decoder"))
-            generator.session()
+            self.post_message(ModelProgress("preparing the decoder (timing this device once)"))
+            generator.prepare()
         except Exception as exc:  # the next reply reports it again; the model itself is fine
             warning = f"decoder setup failed: {exc}"
         self.post_message(ModelLoaded(lm, generator, source, device, warning))
@@ -925,7 +931,8 @@ class SamchatApp(App[None]):
             self.notify("this is the start of the chat", timeout=2)
 
     def action_pick_model(self) -> None:
-        if self.busy():
+        if self.job is not None:  # a waiting prompt is fine: it goes to the new model
+            self.notify("a reply is streaming; press esc to stop it first", severity="warning")
             return
 
         def done(choice: tuple[str, str] | None) -> None:
@@ -965,7 +972,7 @@ class SamchatApp(App[None]):
             self.save_settings()
             if changed and self.lm is not None:
                 # A new session: the next reply (in its worker) builds it with the new knobs.
-                self.generator = backend.Generator(self.lm, decoding)
+                self.generator = backend.Generator(self.lm, decoding, self.indexer, self.cost_curve)
             self.update_status()
             self.notify("settings saved", timeout=2)
 

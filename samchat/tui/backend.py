@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from samchat.errors import SamchatError, StoreError
 
 if TYPE_CHECKING:
-    from samchat.store import Chat, MessageRow, SearchHit, Store
     from samchat.decoding.events import Event
     from samchat.models.loader import LoadedModel
+    from samchat.store import Chat, MessageRow, SearchHit, Store
 
 Message = dict[str, str]
 
@@ -143,10 +143,17 @@ class Generator:
     indexer's lock is held while a reply decodes so a sync never changes the index under it.
     """
 
-    def __init__(self, lm: LoadedModel, decoding: dict[str, Any], indexer: Any = None) -> None:
+    def __init__(
+        self,
+        lm: LoadedModel,
+        decoding: dict[str, Any],
+        indexer: Any = None,
+        cost_curve: Any = None,
+    ) -> None:
         self.lm = lm
         self.decoding = dict(decoding)
         self.indexer = indexer
+        self.cost_curve = cost_curve  # None: the session measures (and caches) it
         self._session: Any = None
         self._session_has_index = False
 
@@ -161,13 +168,22 @@ class Generator:
 
             config = DecodingConfig(**self.decoding)
             config.validate()
-            self._session = ChatSession(self.lm, config, index)
+            self._session = ChatSession(self.lm, config, index, cost_curve=self.cost_curve)
             self._session_has_index = index is not None
         elif index is not None and not self._session_has_index:
             # The indexer opened after the session was made: draft from it from now on.
             self._session.set_static_index(index)
             self._session_has_index = True
         return self._session
+
+    def prepare(self) -> None:
+        """Build the session and its verification-cost curve now (slow the first time on a
+        device), so the first reply does not pay for it."""
+        session = self.session()
+        if self.decoding.get("method") != "plain":
+            measure = getattr(session, "_curve_for_device", None)  # no public hook yet
+            if measure is not None:
+                measure()
 
     def generate(
         self, messages: list[Message], sampling: dict[str, Any], cancel: Any

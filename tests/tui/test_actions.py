@@ -253,7 +253,7 @@ async def test_provenance_and_figures_toggle(
         view = app.chat_view.views()[-1]
         assert view.spans == [["The ", "plain"], ["answer is ", "dyn"], ["42.", "plain"]]
         figures = view.query_one(".msg-stats", Static)
-        assert not figures.display or not figures.styles.display == "block"
+        assert figures.styles.display == "none"
         await pilot.press("f6")
         await pilot.pause()
         assert app.chat_view.has_class("-show-stats")

@@ -1,0 +1,160 @@
+"""End-to-end TUI tests with the real default model (SmolLM2-135M-Instruct, offline)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from textual.widgets import Static
+from tui_helpers import fixed_config, wait_for
+
+from samchat.store import Store
+from samchat.tui.app import SamchatApp
+from samchat.tui.dialogs import EditorScreen
+from samchat.tui.help_screen import HelpScreen
+from samchat.tui.model_screen import ModelScreen
+
+pytestmark = pytest.mark.model
+
+
+def config(max_new_tokens: int, method: str = "sam+tr") -> Any:
+    cfg = fixed_config()
+    cfg.sampling["max_new_tokens"] = max_new_tokens
+    cfg.decoding["method"] = method
+    return cfg
+
+
+@pytest.fixture
+def curve(default_lm: Any) -> Any:
+    """The engine's default cost curve: measuring one takes minutes on a busy 2-core CI box,
+    and the curve only sizes drafts (the reply is the same either way)."""
+    from samchat.decoding.budget import CostCurve
+
+    return CostCurve.default(default_lm.device)
+
+
+def replies(store: Store, chat_id: int) -> list[Any]:
+    return [m for m in store.messages(chat_id) if m.role == "assistant"]
+
+
+async def send(pilot: Any, app: SamchatApp, text: str) -> None:
+    app.prompt.focus()
+    app.prompt.insert(text)
+    await pilot.press("enter")
+
+
+async def test_chat_reply_stats_and_stored_copy_agree(
+    make_app: Callable[..., SamchatApp], store: Store, default_lm: Any, curve: Any
+) -> None:
+    app = make_app(lm=default_lm, config=config(24), cost_curve=curve)
+    async with app.run_test(size=(120, 36)) as pilot:
+        question = "Repeat after me: the quick brown fox jumps over the lazy dog."
+        await send(pilot, app, question)
+        await wait_for(pilot, lambda: app.replies_finished == 1, 120)
+        assert app.job is None
+        assert app.chat_id is not None
+        (stored,) = replies(store, app.chat_id)
+        view = app.chat_view.views()[-1]
+        live = app.last_live
+        assert live is not None and live.final is not None
+        # The reply on screen is the stored reply.
+        assert view.content == stored.content and stored.content.strip()
+        assert view.message_id == stored.id
+        # Its statistics: the engine's figures, stored and shown, agree with what streamed.
+        assert stored.tokens == live.final["tokens"] == live.tokens
+        assert stored.finish_reason in ("eos", "length")
+        assert stored.mat == pytest.approx(live.final["mat"])
+        assert stored.stats["method"] == "sam+tr"
+        accepted = {k: v for k, v in stored.accepted_by_drafter.items() if v}
+        assert accepted == live.by_source  # per-token sources of the streamed deltas
+        bar = str(app.query_one("#stats-text", Static).render())
+        assert f"{live.final['tokens_per_s']:.1f}" in bar and f"{live.final['mat']:.2f}" in bar
+        figures = str(view.query_one(".msg-stats", Static).render())
+        assert f"{stored.tokens} tok" in figures and f"MAT {stored.mat:.2f}" in figures
+        # Provenance covers the reply exactly, and is stored with it.
+        assert "".join(t for t, _ in view.spans) == stored.content
+        assert sum(n for n, _ in stored.stats["provenance"]) == len(stored.content)
+        # Lossless: plain greedy decoding of the same conversation gives the same text.
+        from samchat.decoding import ChatSession, DecodingConfig, SamplingParams
+
+        plain = ChatSession(default_lm, DecodingConfig(method="plain"))
+        events = list(plain.generate([{"role": "user", "content": question}], SamplingParams(24)))
+        assert events[-1].text == stored.content  # type: ignore[union-attr]
+
+
+async def test_stop_keeps_the_partial_reply(
+    make_app: Callable[..., SamchatApp], store: Store, default_lm: Any, curve: Any
+) -> None:
+    app = make_app(lm=default_lm, config=config(400), cost_curve=curve)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await send(pilot, app, "Write a long story about a lighthouse keeper.")
+        await wait_for(pilot, lambda: app.job is not None and app.job.live.tokens >= 3, 120)
+        assert "generating" in str(app.query_one("#status").render())
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.replies_finished == 1, 60)
+        assert app.chat_id is not None
+        (stored,) = replies(store, app.chat_id)
+        assert stored.finish_reason == "cancelled"
+        assert 3 <= (stored.tokens or 0) < 400
+        assert app.chat_view.views()[-1].content == stored.content
+
+
+async def test_regenerate_branches_and_edit_resends(
+    make_app: Callable[..., SamchatApp], store: Store, default_lm: Any, curve: Any
+) -> None:
+    app = make_app(lm=default_lm, config=config(6), cost_curve=curve)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await send(pilot, app, "Name a colour.")
+        await wait_for(pilot, lambda: app.replies_finished == 1, 120)
+        chat = app.chat_id
+        assert chat is not None
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: app.replies_finished == 2, 120)
+        first, second = replies(store, chat)
+        assert first.parent_id == second.parent_id  # siblings: a new branch
+        views = app.chat_view.views()
+        assert len(views) == 2 and views[-1].message_id == second.id
+        assert views[-1].branch == (2, 2)
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: app.chat_view.views()[-1].message_id == first.id)
+        # Edit the question: a new user branch with its own reply.
+        app.chat_view.views()[0].focus()
+        await pilot.press("f4")
+        await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen))
+        app.screen.query_one("#dialog-editor").text = "Name a fruit."  # type: ignore[attr-defined]
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: app.replies_finished == 3, 120)
+        users = [m for m in store.messages(chat) if m.role == "user"]
+        assert [u.content for u in users] == ["Name a colour.", "Name a fruit."]
+        assert users[0].parent_id == users[1].parent_id is None
+        views = app.chat_view.views()
+        assert [v.role for v in views] == ["user", "assistant"]
+        assert views[0].content == "Name a fruit." and views[0].branch == (2, 2)
+        assert views[1].message_id == replies(store, chat)[-1].id
+        assert replies(store, chat)[-1].parent_id == users[1].id
+
+
+async def test_model_loads_in_a_worker_while_the_ui_works(
+    make_app: Callable[..., SamchatApp], store: Store, default_lm: Any, curve: Any
+) -> None:
+    """A prompt sent before any model is ready waits, visibly; picking the default model loads
+    it in a worker (the UI keeps answering) and then the waiting prompt is answered."""
+    app = make_app(config=config(4), cost_curve=curve)
+    async with app.run_test(size=(120, 36)) as pilot:
+        assert app.lm is None and "no model loaded" in str(app.query_one("#status").render())
+        await send(pilot, app, "Say hi.")
+        await wait_for(pilot, lambda: app.pending is not None)
+        assert "waits for the model" in str(app.query_one("#status").render())
+        await pilot.press("ctrl+l")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelScreen))
+        await pilot.press("enter")  # empty source = the bundled default
+        await wait_for(pilot, lambda: app.model_state != "none")
+        await pilot.press("f1")  # the UI answers while the model loads
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.replies_finished == 1, 180)
+        assert app.model_state == "ready" and app.lm is not None
+        assert app.lm is not default_lm and app.lm.name == default_lm.name
+        assert "SmolLM2" in str(app.query_one("#status").render())
+        assert app.chat_id is not None and len(replies(store, app.chat_id)) == 1
