@@ -354,7 +354,7 @@ class ChatSession:
             if cancel is not None and cancel.is_set():
                 finish = "cancelled"
                 break
-            room = self.context_limit - len(self._cached)
+            room = self.context_limit - len(prompt) - produced  # tokens that still fit
             if room <= 0:
                 finish = "context"
                 break

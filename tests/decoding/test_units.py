@@ -1,0 +1,205 @@
+"""Streaming text, stop strings, cost curves, draft sizing and the selection rule."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import torch
+
+from samchat.decoding.budget import (
+    AcceptanceModel,
+    CostCurve,
+    best_sequence_length,
+    bucket,
+    load_or_measure,
+    measure_cost_curve,
+)
+from samchat.decoding.drafter import Drafter, Selector
+from samchat.decoding.params import DecodingConfig, SamplingParams
+from samchat.decoding.sam_drafters import DynamicSamDrafter
+from samchat.decoding.textstream import IncrementalDetokenizer, StopMatcher
+from samchat.decoding.tree import DraftTree
+from samchat.errors import SamchatError
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    from samchat.models import load_tokenizer
+
+    tok, _ = load_tokenizer()
+    return tok
+
+
+def test_detokenizer_never_splits_multibyte_characters(tokenizer: Any) -> None:
+    text = "Grüße aus Köln 🌍🚀 — 東京タワー は 333 m です。 naïve café ✓"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) > len(text.split())  # some characters span several tokens
+    detok = IncrementalDetokenizer(tokenizer)
+    deltas = [detok.push([t]) for t in ids]
+    deltas.append(detok.flush())
+    assert "".join(deltas) == text
+    assert all("\ufffd" not in d for d in deltas)
+    # Pushing several tokens at once gives the same text.
+    detok2 = IncrementalDetokenizer(tokenizer)
+    chunks = [ids[i : i + 3] for i in range(0, len(ids), 3)]
+    assert "".join(detok2.push(c) for c in chunks) + detok2.flush() == text
+
+
+def test_stop_matcher_finds_and_holds_back() -> None:
+    stop = StopMatcher(("END", "\n\n"))
+    assert stop
+    assert stop.find("abc EN", 0) == -1
+    assert stop.safe_len("abc EN") == 4  # "EN" may begin "END"
+    assert stop.find("abc END more", 4) == 4
+    assert stop.safe_len("abc\n") == 3
+    assert stop.safe_len("abc") == 3
+    assert not StopMatcher(("",))
+
+
+def test_cost_curve_interpolates_and_never_decreases() -> None:
+    curve = CostCurve({1: 2.0, 2: 2.5, 8: 2.4, 16: 4.0})
+    assert curve.rel(1) == 1.0
+    assert curve.rel(2) == 1.25
+    assert curve.rel(8) == 1.25  # a measured dip is noise: longer never costs less
+    assert curve.rel(12) == pytest.approx(1.625)
+    assert curve.rel(32) > curve.rel(16)  # extrapolated beyond the last point
+
+
+def test_measured_curve_is_cached(tmp_path: Any) -> None:
+    from tests.decoding.conftest import make_tiny_llama
+
+    model = make_tiny_llama()
+    torch.set_num_threads(1)
+    try:
+        measured = measure_cost_curve(model, torch.device("cpu"), context=32, reps=1)
+        assert measured.rel(1) == 1.0 and measured.rel(64) >= 1.0
+        path = tmp_path / "curve.json"
+        first = load_or_measure(model, torch.device("cpu"), path)
+        assert path.exists()
+        path.write_text('{"relative_cost": {"1": 1.0, "64": 7.0}}')
+        assert load_or_measure(model, torch.device("cpu"), path).rel(64) == 7.0
+        path.write_text("garbage")  # unreadable: measured again
+        assert load_or_measure(model, torch.device("cpu"), path).xs == first.xs
+    finally:
+        torch.set_num_threads(2)
+
+
+def test_sequence_length_follows_rate_and_cost() -> None:
+    cpu = CostCurve.default(torch.device("cpu"))
+    gpu = CostCurve.default(torch.device("cuda"))
+    assert best_sequence_length(0.0, 32, cpu)[0] == 0  # nothing gets accepted: plain step
+    assert best_sequence_length(0.1, 32, cpu)[0] == 0  # 10% does not pay 25% extra cost
+    n_mid, v_mid = best_sequence_length(0.6, 32, cpu)
+    n_hi, v_hi = best_sequence_length(0.95, 32, cpu)
+    assert 1 <= n_mid <= n_hi <= 32 and 1.0 < v_mid < v_hi
+    assert best_sequence_length(0.95, 63, gpu)[0] > n_hi  # a flat curve affords longer drafts
+    assert best_sequence_length(0.95, 5, cpu)[0] <= 5
+
+
+def test_acceptance_model_learns_per_bucket() -> None:
+    model = AcceptanceModel()
+    prior = model.rate("dyn", 6)
+    for _ in range(50):
+        model.update("dyn", 6, 8, 8)  # everything accepted
+    assert model.rate("dyn", 6) > prior
+    for _ in range(50):
+        model.update("dyn", 2, 4, 0)
+    assert model.rate("dyn", 2) < 0.05
+    assert model.rate("static", 6) == prior  # per drafter
+    assert bucket(0) == 0 and bucket(5) == bucket(7) and bucket(8) > bucket(7)
+
+
+class FixedDrafter(Drafter):
+    def __init__(self, name: str, match: int, tokens: list[int]) -> None:
+        self.name = name
+        self.match = match
+        self.tokens = tokens
+        self.asked: list[int] = []
+
+    def begin(self, context: Sequence[int]) -> None:
+        pass
+
+    def match_len(self) -> int:
+        return self.match
+
+    def propose(self, max_nodes: int) -> DraftTree | None:
+        self.asked.append(max_nodes)
+        return DraftTree.sequence(self.tokens[:max_nodes], self.name) if self.tokens else None
+
+    def advance(self, tokens: Sequence[int]) -> None:
+        pass
+
+    def tree_sizes(self) -> Sequence[int]:
+        return (4, 8)
+
+
+def _selector(dyn: int, static: int, aux: bool = False, **cfg: Any) -> Selector:
+    config = DecodingConfig(adaptive=False, max_draft=16, **cfg)
+    return Selector(
+        config,
+        CostCurve.default(torch.device("cpu")),
+        AcceptanceModel(),
+        FixedDrafter("dyn", dyn, list(range(100, 140))),
+        FixedDrafter("static", static, list(range(200, 240))),
+        FixedDrafter("tr", 0, list(range(300, 340))) if aux else None,
+    )
+
+
+def test_selection_rule_of_sam_decoding() -> None:
+    tree, d = _selector(dyn=6, static=3).choose(100)
+    assert d.drafter == "dyn" and tree is not None and tree.source == "dyn"
+    assert len(tree) == 16  # min(max_draft, 1 + 4 * 6)
+    tree, d = _selector(dyn=6, static=12).choose(100)
+    assert d.drafter == "static"  # 12 - l_bias > 6
+    tree, d = _selector(dyn=6, static=11).choose(100)
+    assert d.drafter == "dyn"  # ties go to the dynamic SAM
+    tree, d = _selector(dyn=2, static=3, aux=True).choose(100)
+    assert d.drafter == "tr" and tree is not None and len(tree) == 8  # weak match: TR
+    tree, d = _selector(dyn=2, static=3).choose(100)
+    assert d.drafter == "plain" and tree is None  # weak match, no TR: a plain step
+    tree, d = _selector(dyn=1, static=0).choose(1)
+    assert d.drafter == "plain"  # below threshold
+    tree, d = _selector(dyn=8, static=0).choose(3)
+    assert tree is not None and len(tree) == 3  # never beyond the budget (max_new, context)
+    assert _selector(dyn=8, static=0).choose(0) == (None, _selector(0, 0).choose(0)[1])
+
+
+def test_adaptive_selection_skips_drafts_that_do_not_pay() -> None:
+    config = DecodingConfig(adaptive=True)
+    acc = AcceptanceModel()
+    dyn = FixedDrafter("dyn", 1, [5, 6, 7])
+    sel = Selector(config, CostCurve.default(torch.device("cpu")), acc, dyn)
+    for _ in range(40):
+        sel.feedback(sel.choose(50)[1], 0)  # the short matches never get accepted
+    tree, d = sel.choose(50)
+    assert tree is None and d.drafter == "plain"
+    dyn.match = 20
+    tree, d = sel.choose(50)
+    assert tree is not None and d.drafter == "dyn"  # a long match is still worth a draft
+
+
+def test_dynamic_drafter_drafts_from_earlier_text_and_rebuilds_on_edits() -> None:
+    d = DynamicSamDrafter()
+    d.begin([1, 2, 3, 4, 5, 9, 1, 2, 3])
+    assert d.match_len() == 3
+    tree = d.propose(4)
+    assert tree is not None and tree.tokens == [4, 5, 9, 1]
+    d.advance([4, 5])
+    assert d.match_len() == 5
+    # The next call's context extends the text: incremental; an edit: rebuilt from scratch.
+    d.begin([1, 2, 3, 4, 5, 9, 1, 2, 3, 4, 5, 7])
+    assert d.text_tokens == 12 and d.match_len() == 0
+    d.begin([8, 8, 1, 2])
+    assert d.text_tokens == 4 and d.match_len() == 0
+    assert d.propose(3) is None
+
+
+def test_invalid_settings_are_one_line_errors() -> None:
+    with pytest.raises(SamchatError, match="unknown decoding method"):
+        DecodingConfig(method="fast").validate()
+    with pytest.raises(SamchatError, match="max draft"):
+        DecodingConfig(max_draft=-1).validate()
+    with pytest.raises(SamchatError, match="top-p"):
+        SamplingParams(top_p=1.5).validate()
