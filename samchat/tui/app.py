@@ -192,6 +192,7 @@ class SamchatApp(App[None]):
         autoload_model: bool = True,
         theme_dirs: list[Path] | None = None,
         cost_curve: Any = None,
+        model_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.config_path = config_path
@@ -206,6 +207,7 @@ class SamchatApp(App[None]):
         self.db_path = db_path
         self.theme_dirs = theme_dirs
         self.cost_curve = cost_curve  # a known verification-cost curve (else measured once)
+        self.model_options = dict(model_options or {})  # dtype, quantize, trust_remote_code
         self.data: backend.ChatData | None = None
         self.data_state = "none"  # opening | ready | failed
         self.chat_id: int | None = None
@@ -405,6 +407,7 @@ class SamchatApp(App[None]):
             self.error(exc)
             return
         await view.show_thread(rows, branches)
+        self.query_one(Sidebar).highlight(chat_id)
         if focus_id is not None:
             for mv in view.views():
                 if mv.message_id == focus_id:
@@ -629,7 +632,7 @@ class SamchatApp(App[None]):
             self.post_message(ModelProgress(text))
 
         try:
-            lm = backend.load_lm(source, device, progress)
+            lm = backend.load_lm(source, device, progress, self.model_options)
         except SamchatError as exc:
             self.post_message(ModelFailed(str(exc)))
             return

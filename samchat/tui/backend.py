@@ -129,10 +129,16 @@ class ChatData:
 # -- model and decoding (run in worker threads) -------------------------------------------------
 
 
-def load_lm(source: str, device: str, progress: Callable[[str], None]) -> LoadedModel:
+def load_lm(
+    source: str,
+    device: str,
+    progress: Callable[[str], None],
+    options: dict[str, Any] | None = None,
+) -> LoadedModel:
+    """options: dtype / quantize / trust_remote_code, as ModelSpec takes them."""
     from samchat.models.loader import ModelSpec, load_model
 
-    spec = ModelSpec(source=source or None, device=device or "auto")
+    spec = ModelSpec(source=source or None, device=device or "auto", **(options or {}))
     return load_model(spec, progress=progress)
 
 

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 
 def run_tui(args: argparse.Namespace) -> int:
+    from samchat.cli_options import apply_data_dir
     from samchat.tui.app import SamchatApp
 
-    data_dir = getattr(args, "data_dir", None)
-    db_path = Path(data_dir).expanduser() / "samchat.db" if data_dir else None
+    apply_data_dir(args)  # --data-dir: the store and the static index both follow it
+    options = {
+        key: getattr(args, key)
+        for key in ("dtype", "quantize", "trust_remote_code")
+        if getattr(args, key, None) is not None
+    }
     app = SamchatApp(
-        db_path=db_path,
         model_source=getattr(args, "model", None),
         device=getattr(args, "device", None),
+        model_options=options,
     )
     app.run()
     return 0

@@ -41,7 +41,7 @@ def legend_content() -> Content:
     for name, style in PROVENANCE_STYLES.items():
         parts.append((f"■ {PROVENANCE_LABELS[name]}", f"bold {style}"))
         parts.append("  ")
-    parts.append("plain step: uncoloured")
+    parts.append("plain: uncoloured")
     return Content.assemble(*parts)
 
 

@@ -16,16 +16,16 @@ SPARK_POINTS = 60
 def stats_content(stats: LiveStats, status: str) -> Content:
     shares = stats.shares()
     parts: list[str | tuple[str, str]] = [
-        (f"{stats.tokens_per_s:6.1f}", "bold"),
-        " tok/s  MAT ",
-        (f"{stats.mat:4.2f}", "bold"),
-        "  speedup ",
-        (f"{stats.speedup:4.2f}x", "bold $success" if stats.speedup >= 1 else "bold $warning"),
-        "  accepted ",
+        (f"{stats.tokens_per_s:.1f}", "bold"),
+        " tok/s · MAT ",
+        (f"{stats.mat:.2f}", "bold"),
+        " · ",
+        (f"{stats.speedup:.2f}x", "bold $success" if stats.speedup >= 1 else "bold $warning"),
+        " · ",
     ]
     for name in DRAFTERS:
-        parts.append((f"{name} {100 * shares[name]:3.0f}% ", f"bold {PROVENANCE_STYLES[name]}"))
-    parts.append(f" {stats.tokens} tok  {status}")
+        parts.append((f"{name} {100 * shares[name]:.0f}% ", f"bold {PROVENANCE_STYLES[name]}"))
+    parts.append(f"· {stats.tokens} tok · {status}")
     return Content.assemble(*parts)
 
 
@@ -33,13 +33,16 @@ class StatsBar(Horizontal):
     """Shows the reply that is streaming, or the last one."""
 
     def compose(self) -> ComposeResult:
-        yield Static("no reply yet", id="stats-text")
+        yield Static(
+            "tok/s · MAT · speedup · accepted by drafter (dyn/static/tr) · tokens", id="stats-text"
+        )
         yield Sparkline([], id="stats-spark", summary_function=max)
+
+    def on_mount(self) -> None:
+        self.query_one("#stats-spark").display = False
 
     def show(self, stats: LiveStats, status: str) -> None:
         self.query_one("#stats-text", Static).update(stats_content(stats, status))
-        self.query_one("#stats-spark", Sparkline).data = stats.speeds[-SPARK_POINTS:]
-
-    def clear(self) -> None:
-        self.query_one("#stats-text", Static).update("no reply yet")
-        self.query_one("#stats-spark", Sparkline).data = []
+        spark = self.query_one("#stats-spark", Sparkline)
+        spark.data = stats.speeds[-SPARK_POINTS:]
+        spark.display = bool(spark.data)
