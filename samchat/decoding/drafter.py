@@ -41,6 +41,9 @@ class Drafter(ABC):
     def observe(self, input_ids: Sequence[int], logits: Any) -> None:  # noqa: B027
         """Every verification forward: input ids and their logits (n, vocab). Optional."""
 
+    def finish(self) -> None:  # noqa: B027
+        """The reply ended (a drafter may persist what it learned)."""
+
     def expected_accepted(self, max_nodes: int) -> float:
         """Tree drafters (Token Recycling): mean accepted tokens for a draft of this size."""
         return 0.0
@@ -61,10 +64,14 @@ PLAIN = Decision("plain", 0, 0)
 
 
 class Selector:
-    """SAM-Decoding's rule: the SAM draft when max(dyn, static - l_bias) >= l_threshold
-    (dynamic when dyn >= static - l_bias), else the auxiliary tree drafter (Token Recycling),
-    else a plain step. With `adaptive`, the size of each draft (and whether to draft at all)
-    maximises expected committed tokens per unit of forward cost on this hardware."""
+    """Picks each step's draft.
+
+    The SAM candidate is the dynamic SAM when dyn >= static - l_bias, else the static one.
+    Without `adaptive`: SAM-Decoding's rule. The SAM draft (length min(max, 1 + alpha * match))
+    when max(dyn, static - l_bias) >= l_threshold, else the auxiliary tree drafter (Token
+    Recycling), else a plain step. With `adaptive` (default): the source and size that maximise
+    expected committed tokens per unit of forward cost on this hardware (measured cost curve,
+    running acceptance rates per drafter and match length); a plain step when no draft pays."""
 
     def __init__(
         self,
@@ -101,8 +108,10 @@ class Selector:
             sam, ml = self.static, sl
         else:
             sam, ml = None, 0
+        if cfg.adaptive:
+            return self._best_value(sam, ml, budget)
         strong = max(dl, sl - cfg.l_bias) >= cfg.l_threshold
-        if sam is not None and ml > 0 and (strong or (self.aux is None and cfg.adaptive)):
+        if sam is not None and ml > 0 and strong:
             tree, decision = self._sam_draft(sam, ml, budget)
             if tree is not None:
                 return tree, decision
@@ -110,15 +119,46 @@ class Selector:
             return self._aux_draft(self.aux, budget)
         return None, PLAIN
 
+    def _best_value(
+        self, sam: Drafter | None, ml: int, budget: int
+    ) -> tuple[DraftTree | None, Decision]:
+        """The source and size with the most expected committed tokens per unit of forward
+        cost (1.0 = a plain step)."""
+        sam_n, sam_v = 0, 1.0
+        if sam is not None and ml > 0:
+            cap = min(budget, 1 + self.config.alpha * ml)
+            sam_n, sam_v = best_sequence_length(self.acceptance.rate(sam.name, ml), cap, self.curve)
+        aux_n, aux_v = 0, 1.0
+        if self.aux is not None and self.trees_allowed:
+            aux_n, aux_v = self._aux_size(self.aux, budget)
+        order = sorted(((sam_v, 0), (aux_v, 1)), reverse=True)
+        for value, which in order:
+            if value <= 1.0:
+                break
+            if which == 0 and sam is not None:
+                tree = sam.propose(sam_n)
+                if tree is not None and not self.trees_allowed:
+                    tree = tree.first_path()
+                if tree is not None and tree.tokens:
+                    return tree, Decision(sam.name, ml, len(tree))
+            elif which == 1 and self.aux is not None:
+                tree = self.aux.propose(aux_n)
+                if tree is not None and tree.tokens:
+                    return tree, Decision(self.aux.name, 0, len(tree))
+        return None, PLAIN
+
+    def _aux_size(self, aux: Drafter, budget: int) -> tuple[int, float]:
+        best, best_v = 0, 1.0
+        for s in aux.tree_sizes():
+            if s > budget:
+                continue
+            v = (1.0 + aux.expected_accepted(s)) / self.curve.rel(s + 1)
+            if v > best_v:
+                best, best_v = s, v
+        return best, best_v
+
     def _sam_draft(self, sam: Drafter, ml: int, budget: int) -> tuple[DraftTree | None, Decision]:
-        cap = min(budget, 1 + self.config.alpha * ml)
-        if self.config.adaptive:
-            n, _ = best_sequence_length(self.acceptance.rate(sam.name, ml), cap, self.curve)
-        else:
-            n = cap
-        if n <= 0:
-            return None, PLAIN
-        tree = sam.propose(n)
+        tree = sam.propose(min(budget, 1 + self.config.alpha * ml))
         if tree is not None and not self.trees_allowed:
             tree = tree.first_path()
         if tree is None or not tree.tokens:
@@ -129,17 +169,7 @@ class Selector:
         if not self.trees_allowed:
             return None, PLAIN
         sizes = [s for s in aux.tree_sizes() if s <= budget] or [budget]
-        if self.config.adaptive:
-            best, best_v = 0, 1.0
-            for s in sizes:
-                v = (1.0 + aux.expected_accepted(s)) / self.curve.rel(s + 1)
-                if v > best_v:
-                    best, best_v = s, v
-        else:
-            best = max(sizes)
-        if best <= 0:
-            return None, PLAIN
-        tree = aux.propose(best)
+        tree = aux.propose(max(sizes))
         if tree is None or not tree.tokens:
             return None, PLAIN
         return tree, Decision(aux.name, 0, len(tree))

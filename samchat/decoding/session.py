@@ -440,6 +440,8 @@ class ChatSession:
                 yield TextDelta(text[emitted:end], toks, srcs)
                 emitted = max(emitted, end)
 
+        for d in drafters:
+            d.finish()
         if finish in ("cancelled", "context"):
             detok.flush()  # the unfinished character and any stop-string hold-back
         final = detok.text[:stop_at] if finish == "stop" else detok.text
