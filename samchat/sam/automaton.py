@@ -242,13 +242,20 @@ class SuffixAutomaton(Automaton):
             self.rec[b + _FTOK] = i32(c)
             self.rec[b + _FDST] = i32(d)
             return
+        self._add_extra(s, c, d, -1)
+
+    def _add_extra(self, s: i64, c: i64, d: i64, j: i64) -> None:
+        """Add (s, c) -> d to the table; j is its empty slot when already probed, else -1."""
+        b: i64 = s * _REC
         if 4 * (self.tused + 1) > len(self.table):  # keep the table at most half full
             self._grow_table()
+            j = -1
+        if j < 0:
+            j = self._slot(s, c)
         e: i64 = len(self.x_tok)
         self.x_tok = append(self.x_tok, i32(c))
         self.x_next = append(self.x_next, self.rec[b + _XHEAD])
         self.rec[b + _XHEAD] = i32(e)
-        j = self._slot(s, c)
         self.table[j] = (s << 32) | c
         self.table[j + 1] = d
         self.tused += 1
@@ -279,13 +286,25 @@ class SuffixAutomaton(Automaton):
         cur = self._new_state(n, n)
         p: i64 = self.last
         q: i64 = -1
-        while p >= 0:
-            q = self._get(p, c)
-            if q >= 0:
-                break
-            self._add(p, c, cur)
-            p = i64(self.rec[p * _REC + _LINK])
         rec = self.rec
+        while p >= 0:
+            b: i64 = p * _REC
+            ft: i64 = i64(rec[b + _FTOK])
+            if ft == c:
+                q = i64(rec[b + _FDST])
+                break
+            if ft < 0:
+                rec[b + _FTOK] = i32(c)
+                rec[b + _FDST] = i32(cur)
+            elif rec[b + _XHEAD] < 0:
+                self._add_extra(p, c, cur, -1)
+            else:
+                j = self._slot(p, c)
+                if self.table[j] != _EMPTY:
+                    q = self.table[j + 1]
+                    break
+                self._add_extra(p, c, cur, j)
+            p = i64(rec[b + _LINK])
         if p < 0:
             rec[cur * _REC + _LINK] = ROOT
         elif i64(rec[p * _REC + _LEN]) + 1 == i64(rec[q * _REC + _LEN]):
@@ -313,39 +332,26 @@ class SuffixAutomaton(Automaton):
         for t in tokens:
             self.extend(t)
 
+    def _state_arrays(self) -> tuple[vec[i32], vec[i32], vec[i32]]:
+        """(link, slen, minend) as flat arrays (the frozen layout)."""
+        if self.frozen:
+            return self.link, self.slen, self.minend
+        ns: i64 = self.nst
+        rec = self.rec
+        link = _zeros32(ns)
+        slen = _zeros32(ns)
+        minend = _zeros32(ns)
+        for s in range(ns):
+            b: i64 = s * _REC
+            link[s] = rec[b + _LINK]
+            slen[s] = rec[b + _LEN]
+            minend[s] = rec[b + _END]
+        return link, slen, minend
+
     def _compute_counts(self) -> None:
-        """cnt_endpos for every state: one pass over the link tree in decreasing length."""
-        ns: i64 = self._nstates()
-        n: i64 = len(self.text)
-        # Counting sort of the states by length.
-        buckets = _zeros32(n + 2)
-        for s in range(ns):
-            ln = self._len(s)
-            buckets[ln] = buckets[ln] + 1
-        acc: i64 = 0
-        for ln2 in range(n + 1):
-            b: i64 = i64(buckets[ln2])
-            buckets[ln2] = i32(acc)
-            acc += b
-        order = _zeros32(ns)
-        for s in range(ns):
-            ln = self._len(s)
-            order[i64(buckets[ln])] = i32(s)
-            buckets[ln] = buckets[ln] + 1
-        cnt = _zeros32(ns)
-        for s in range(1, ns):
-            # Originals (made by extend at step i) have length == minend == i; a clone copies
-            # minend from a longer state, so its length is below it. Only originals own an end.
-            if self._len(s) == self._minend(s):
-                cnt[s] = 1
-        i: i64 = ns - 1
-        while i > 0:
-            s2: i64 = i64(order[i])
-            up: i64 = self._link(s2)
-            cnt[up] = cnt[up] + cnt[s2]
-            i -= 1
-        self.cnt = cnt
-        self.counted_at = n
+        link, slen, minend = self._state_arrays()
+        self.cnt = _counts(link, slen, minend, len(self.text))
+        self.counted_at = len(self.text)
 
     def _prepare_counts(self) -> None:
         if self.counted_at != len(self.text):
@@ -355,19 +361,15 @@ class SuffixAutomaton(Automaton):
         """Count occurrences and replace the growing tables by the compact sorted ones."""
         if self.frozen:
             return
-        self._compute_counts()
+        link, slen, minend = self._state_arrays()
+        n: i64 = len(self.text)
+        self.cnt = _counts(link, slen, minend, n)
+        self.counted_at = n
         ns: i64 = self.nst
         rec = self.rec
-        link = _zeros32(ns)
-        slen = _zeros32(ns)
-        minend = _zeros32(ns)
         off = _zeros32(ns + 1)
         for s in range(ns):
-            b: i64 = s * _REC
-            link[s] = rec[b + _LINK]
-            slen[s] = rec[b + _LEN]
-            minend[s] = rec[b + _END]
-            if rec[b + _FTOK] >= 0:
+            if rec[s * _REC + _FTOK] >= 0:
                 off[s + 1] = 1
         table = self.table
         for i in range(0, len(table), 2):
@@ -382,7 +384,7 @@ class SuffixAutomaton(Automaton):
         edst = _zeros32(ne)
         fill = vec[i32](off)
         for s in range(ns):
-            b = s * _REC
+            b: i64 = s * _REC
             if rec[b + _FTOK] >= 0:
                 at: i64 = i64(fill[s])
                 etok[at] = rec[b + _FTOK]
@@ -406,14 +408,11 @@ class SuffixAutomaton(Automaton):
             if hi - lo > 1:
                 _sort_edges(etok, edst, lo, hi)
             if hi - lo > HUB_MIN:
-                # Most frequent first, ties to the smaller token: the order tree drafts use.
-                kids = sorted(
-                    [(-i64(cnt[i64(edst[i])]), i64(etok[i]), i64(edst[i])) for i in range(lo, hi)]
-                )
                 hub_state = append(hub_state, i32(s))
+                top = _top_children(etok, edst, cnt, lo, hi)
                 for j in range(HUB_K):
-                    hub_tok = append(hub_tok, i32(kids[j][1]))
-                    hub_dst = append(hub_dst, i32(kids[j][2]))
+                    hub_tok = append(hub_tok, etok[i64(top[j])])
+                    hub_dst = append(hub_dst, edst[i64(top[j])])
         self.hub_state = hub_state
         self.hub_tok = hub_tok
         self.hub_dst = hub_dst
@@ -568,18 +567,100 @@ class SuffixAutomaton(Automaton):
         return total + 8 * len(self.table)
 
 
+def _counts(link: vec[i32], slen: vec[i32], minend: vec[i32], n: i64) -> vec[i32]:
+    """cnt_endpos of every state: one pass over the link tree in decreasing length."""
+    ns: i64 = len(slen)
+    # Counting sort of the states by length.
+    buckets = _zeros32(n + 2)
+    for s in range(ns):
+        ln: i64 = i64(slen[s])
+        buckets[ln] = buckets[ln] + 1
+    acc: i64 = 0
+    for ln2 in range(n + 1):
+        b: i64 = i64(buckets[ln2])
+        buckets[ln2] = i32(acc)
+        acc += b
+    order = _zeros32(ns)
+    for s in range(ns):
+        ln3: i64 = i64(slen[s])
+        order[i64(buckets[ln3])] = i32(s)
+        buckets[ln3] = buckets[ln3] + 1
+    cnt = _zeros32(ns)
+    for s in range(1, ns):
+        # Originals (made by extend at step i) have length == minend == i; a clone copies
+        # minend from a longer state, so its length is below it. Only originals own an end.
+        if slen[s] == minend[s]:
+            cnt[s] = 1
+    i: i64 = ns - 1
+    while i > 0:
+        s2: i64 = i64(order[i])
+        up: i64 = i64(link[s2])
+        cnt[up] = cnt[up] + cnt[s2]
+        i -= 1
+    return cnt
+
+
+def _top_children(etok: vec[i32], edst: vec[i32], cnt: vec[i32], lo: i64, hi: i64) -> vec[i64]:
+    """Edge indices of the HUB_K most frequent children in [lo, hi) (sorted by token), most
+    frequent first, ties to the smaller token: the order tree drafts use."""
+    top = vec[i64]()
+    for i in range(lo, hi):
+        c: i64 = i64(cnt[i64(edst[i])])
+        if len(top) == HUB_K and c <= i64(cnt[i64(edst[top[HUB_K - 1]])]):
+            continue  # a tie keeps the earlier, smaller token
+        if len(top) < HUB_K:
+            top = append(top, i)
+        else:
+            top[HUB_K - 1] = i
+        k: i64 = len(top) - 1
+        while k > 0 and i64(cnt[i64(edst[top[k - 1]])]) < c:
+            top[k] = top[k - 1]
+            k -= 1
+        top[k] = i
+    return top
+
+
+def _sift_down(etok: vec[i32], edst: vec[i32], lo: i64, root: i64, n: i64) -> None:
+    while True:
+        child: i64 = 2 * root + 1
+        if child >= n:
+            return
+        if child + 1 < n and etok[lo + child] < etok[lo + child + 1]:
+            child += 1
+        if etok[lo + root] >= etok[lo + child]:
+            return
+        t: i32 = etok[lo + root]
+        d: i32 = edst[lo + root]
+        etok[lo + root] = etok[lo + child]
+        edst[lo + root] = edst[lo + child]
+        etok[lo + child] = t
+        edst[lo + child] = d
+        root = child
+
+
 def _sort_edges(etok: vec[i32], edst: vec[i32], lo: i64, hi: i64) -> None:
-    """Sort the edges [lo, hi) by token: insertion sort for the usual few, sorted() for hubs."""
-    if hi - lo > 32:
-        pairs = sorted([(i64(etok[i]), i64(edst[i])) for i in range(lo, hi)])
-        for k in range(len(pairs)):
-            etok[lo + k] = i32(pairs[k][0])
-            edst[lo + k] = i32(pairs[k][1])
+    """Sort the edges [lo, hi) by token: insertion sort for the usual few, heapsort for hubs."""
+    n: i64 = hi - lo
+    if n > 32:
+        i: i64 = n // 2 - 1
+        while i >= 0:
+            _sift_down(etok, edst, lo, i, n)
+            i -= 1
+        end: i64 = n - 1
+        while end > 0:
+            t0: i32 = etok[lo]
+            d0: i32 = edst[lo]
+            etok[lo] = etok[lo + end]
+            edst[lo] = edst[lo + end]
+            etok[lo + end] = t0
+            edst[lo + end] = d0
+            _sift_down(etok, edst, lo, 0, end)
+            end -= 1
         return
-    for i in range(lo + 1, hi):
-        t: i32 = etok[i]
-        d: i32 = edst[i]
-        j: i64 = i - 1
+    for k in range(lo + 1, hi):
+        t: i32 = etok[k]
+        d: i32 = edst[k]
+        j: i64 = k - 1
         while j >= lo and etok[j] > t:
             etok[j + 1] = etok[j]
             edst[j + 1] = edst[j]
@@ -1057,6 +1138,10 @@ class MultiCursor:
     def reset(self) -> None:
         for c in self.cursors:
             c.reset()
+
+    def copy(self) -> "MultiCursor":
+        """Same position, independent afterwards."""
+        return MultiCursor([c.copy() for c in self.cursors])
 
     def _choose(self) -> i64:
         # Not cached: removing a document can change the answer without a feed.

@@ -158,8 +158,10 @@ def test_ties_go_to_more_occurrences(tmp_path: Path) -> None:
     cur.feed_many([5, 6])
     assert (cur.match_len, cur.segment, cur.occurrences) == (2, 1, 2)
     assert cur.draft(1) == [8]
+    twin = cur.copy()
     cur.feed(7)  # only the first segment continues
     assert (cur.match_len, cur.segment) == (3, 0)
+    assert (twin.match_len, twin.segment, twin.draft(1)) == (2, 1, [8])  # unaffected
 
 
 def test_too_many_segments_are_merged(tmp_path: Path) -> None:
