@@ -33,7 +33,7 @@ from samchat.tui.model_screen import ModelScreen
 from samchat.tui.prompt import PromptArea
 from samchat.tui.settings_screen import SettingsScreen
 from samchat.tui.sidebar import Sidebar
-from samchat.tui.stats_bar import StatsBar
+from samchat.tui.stats_bar import SPARK_POINTS, StatsBar
 from samchat.tui.themes import PROVENANCE_DEFAULTS, load_themes
 
 if TYPE_CHECKING:
@@ -57,6 +57,8 @@ ACTIONS: list[tuple[str, str, str, bool]] = [
     ("toggle_provenance", "f9", "Provenance", True),
     ("toggle_stats", "f6", "Reply figures", False),
     ("load_earlier", "ctrl+u", "Load earlier messages", False),
+    ("message_up", "ctrl+up", "Select previous message", False),
+    ("message_down", "ctrl+down", "Select next message", False),
     ("pick_model", "ctrl+l", "Model", True),
     ("import_documents", "ctrl+o", "Import", True),
     ("settings", "ctrl+s", "Settings", True),
@@ -561,6 +563,7 @@ class SamchatApp(App[None]):
         stats = dict(msg.stats)
         stats["finish_reason"] = msg.finish_reason
         stats["provenance"] = [[len(t), s] for t, s in view.spans]
+        stats["speed_trace"] = [round(x, 2) for x in job.live.speeds[-SPARK_POINTS:]]
         if msg.notice:
             stats["notice"] = msg.notice
             self.notify(msg.notice, title="Context")
@@ -825,11 +828,8 @@ class SamchatApp(App[None]):
                 self.notify("nothing to regenerate yet", severity="warning")
                 return
             user_id = users[-1].id
-        upto = (
-            [r for r in rows[: [r.id for r in rows].index(user_id) + 1]]
-            if any(r.id == user_id for r in rows)
-            else rows
-        )
+        ids = [r.id for r in rows]
+        upto = rows[: ids.index(user_id) + 1] if user_id in ids else rows
         await self.chat_view.show_thread(upto, self.data.branches(upto))
         await self.start_reply(user_id)
 
@@ -837,6 +837,11 @@ class SamchatApp(App[None]):
         if self.busy() or self.chat_id is None or (data := self.need_data()) is None:
             return
         view = self.target_view("user")
+        focused = self.focused
+        if isinstance(focused, MessageView) and focused.role == "assistant":
+            view = next(
+                (v for v in self.chat_view.views() if v.message_id == focused.parent_id), view
+            )
         if view is None or view.message_id is None:
             self.notify("there is no message of yours to edit", severity="warning")
             return
@@ -927,6 +932,45 @@ class SamchatApp(App[None]):
 
     def action_toggle_stats(self) -> None:
         self.chat_view.toggle_class("-show-stats")
+
+    async def _step_message(self, step: int) -> None:
+        views = self.chat_view.views()
+        if not views:
+            return
+        focused = self.focused
+        if not isinstance(focused, MessageView) or focused not in views:
+            index = len(views) if step < 0 else -1  # from the prompt: start at the newest
+        else:
+            index = views.index(focused)
+        target = index + step
+        if target < 0:
+            if await self.chat_view.load_earlier():
+                views = self.chat_view.views()
+                target = views.index(focused) - 1 if isinstance(focused, MessageView) else 0
+            else:
+                target = 0
+        if target >= len(views):
+            self.prompt.focus()
+            return
+        views[target].focus()
+        views[target].scroll_visible(animate=False)
+
+    async def action_message_up(self) -> None:
+        await self._step_message(-1)
+
+    async def action_message_down(self) -> None:
+        await self._step_message(1)
+
+    def on_message_view_focused(self, event: MessageView.Focused) -> None:
+        """A finished reply shows its stored figures (and speed trace) in the stats bar."""
+        view = event.view
+        if self.job is not None or view.role != "assistant" or not view.stats:
+            return
+        live = LiveStats(0.0)
+        live.tokens = int(view.stats.get("tokens") or 0)
+        live.speeds = [float(x) for x in view.stats.get("speed_trace") or []]
+        live.on_done(view.stats)
+        self.query_one(StatsBar).show(live, f"{view.stats.get('finish_reason', '')} (stored)")
 
     async def action_load_earlier(self) -> None:
         added = await self.chat_view.load_earlier()

@@ -239,12 +239,12 @@ def start_indexer(lm: LoadedModel, db_path: Path, on_error: Callable[[Exception]
 
 def import_documents(path: str, store_path: Path, progress: Callable[[int, int, str], None]) -> str:
     """Import a file or folder into the store (own connection: this runs in a worker thread)."""
+    target = Path(path).expanduser()
+    if not target.exists():  # before the (slow) reader imports
+        raise SamchatError(f"{path} does not exist; give the path of a file or folder")
     from samchat.corpus.importer import import_paths
     from samchat.store import Store
 
-    target = Path(path).expanduser()
-    if not target.exists():
-        raise SamchatError(f"{path} does not exist; give the path of a file or folder")
     store = Store.open(store_path)
     try:
         summary = import_paths(

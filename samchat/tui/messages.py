@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.content import Content
+from textual.message import Message
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
@@ -46,7 +49,23 @@ def legend_content() -> Content:
 
 
 class MessageView(Vertical, can_focus=True):
-    """A message; assistant replies may stream into it."""
+    """A message; assistant replies may stream into it. Focus one to act on it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "app.message_up", "Previous", show=False),
+        Binding("down", "app.message_down", "Next", show=False),
+        Binding("left", "app.branch_prev", "Branch ‹", show=False),
+        Binding("right", "app.branch_next", "Branch ›", show=False),
+        Binding("c", "app.copy_message", "Copy"),
+        Binding("e", "app.edit_message", "Edit"),
+    ]
+
+    @dataclass
+    class Focused(Message):
+        view: MessageView
+
+    def on_focus(self) -> None:
+        self.post_message(self.Focused(self))
 
     def __init__(
         self,

@@ -295,3 +295,44 @@ async def test_long_chat_mounts_only_recent_messages(
         await pilot.pause()
         assert len(app.chat_view.views()) == 2 * app.chat_view.page
         assert app.chat_view.views()[0].content == f"question {600 - app.chat_view.page}"
+
+
+async def test_keyboard_moves_between_messages_and_acts_on_one(
+    make_app: Callable[..., SamchatApp], store: Store
+) -> None:
+    stats = {
+        "tokens": 5,
+        "tokens_per_s": 7.5,
+        "mat": 1.25,
+        "speedup_est": 1.1,
+        "accepted_by_drafter": {"dyn": 1},
+        "finish_reason": "eos",
+        "speed_trace": [5.0, 9.0, 7.0],
+    }
+    chat = seed_chat(
+        store,
+        "Nav",
+        [("first question", "first answer"), ("second question", "second answer")],
+        **stats,
+    )
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await app.open_chat(chat)
+        app.prompt.focus()
+        await pilot.press("ctrl+up")
+        assert isinstance(app.focused, MessageView) and app.focused.content == "second answer"
+        # A finished reply shows its stored figures and speed trace in the stats bar.
+        bar = str(app.query_one("#stats-text", Static).render())
+        assert "7.5 tok/s" in bar and "MAT 1.25" in bar and "(stored)" in bar
+        assert app.query_one("#stats-spark").display
+        await pilot.press("up", "up")
+        assert isinstance(app.focused, MessageView) and app.focused.content == "first answer"
+        await pilot.press("c")
+        assert app.clipboard == "first answer"
+        await pilot.press("e")  # on a reply: edit the question it answers
+        await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen))
+        assert app.screen.query_one("#dialog-editor").text == "first question"  # type: ignore[attr-defined]
+        await pilot.press("escape")
+        await pilot.pause()
+        await pilot.press("down", "down", "down")
+        assert app.focused is app.prompt
