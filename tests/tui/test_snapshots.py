@@ -51,6 +51,7 @@ def opener(chat_id: int, *keys: str) -> Callable[[Pilot[Any]], Any]:
         app = pilot.app
         assert isinstance(app, SamchatApp)
         await app.open_chat(chat_id)
+        app.prompt.cursor_blink = False  # a blinking cursor would make the picture random
         app.prompt.focus()
         if keys:
             await pilot.press(*keys)
