@@ -15,7 +15,6 @@ read back by MappedAutomaton through memoryviews over a memory map.
 import heapq
 from typing import Final, final
 
-from librt.strings import BytesWriter, write_i16_le
 from librt.vecs import append, extend, vec
 from mypy_extensions import i16, i32, i64
 
@@ -155,6 +154,12 @@ class SuffixAutomaton(Automaton):
     hub_state: vec[i32]
     hub_tok: vec[i32]
     hub_dst: vec[i32]
+    # Frozen automata whose token ids all fit in 16 bits keep text and edge tokens as
+    # int16 (read back masked to 0..65535): the in-memory twin of the uint16 file arrays.
+    narrow: bool
+    ntext: i64
+    text16: vec[i16]
+    etok16: vec[i16]
 
     def __init__(self, capacity: int = 0) -> None:
         cap: i64 = capacity if capacity > 16 else 16
@@ -182,6 +187,10 @@ class SuffixAutomaton(Automaton):
         self.hub_state = vec[i32]()
         self.hub_tok = vec[i32]()
         self.hub_dst = vec[i32]()
+        self.narrow = False
+        self.ntext = 0
+        self.text16 = vec[i16]()
+        self.etok16 = vec[i16]()
         self._new_state(0, 0)
 
     # -- building ---------------------------------------------------------------------------
@@ -350,11 +359,11 @@ class SuffixAutomaton(Automaton):
 
     def _compute_counts(self) -> None:
         link, slen, minend = self._state_arrays()
-        self.cnt = _counts(link, slen, minend, len(self.text))
-        self.counted_at = len(self.text)
+        self.cnt = _counts(link, slen, minend, self._ntok())
+        self.counted_at = self._ntok()
 
     def _prepare_counts(self) -> None:
-        if self.counted_at != len(self.text):
+        if self.counted_at != self._ntok():
             self._compute_counts()
 
     def freeze(self) -> None:
@@ -428,16 +437,32 @@ class SuffixAutomaton(Automaton):
         self.table = vec[i64]()
         self.tmask = 0
         self.frozen = True
+        self._narrow()
+
+    def _narrow(self) -> None:
+        """Switch text and edge tokens to int16 storage when every token id fits."""
+        text = self.text
+        for i in range(len(text)):
+            if text[i] > 0xFFFF:
+                return
+        self.text16 = _to16(text)
+        self.etok16 = _to16(self.etok)
+        self.ntext = len(text)
+        self.text = vec[i32]()
+        self.etok = vec[i32]()
+        self.narrow = True
 
     # -- queries ----------------------------------------------------------------------------
 
     def _ntok(self) -> i64:
-        return len(self.text)
+        return self.ntext if self.narrow else len(self.text)
 
     def _nstates(self) -> i64:
         return len(self.slen) if self.frozen else self.nst
 
     def _tok(self, pos: i64) -> i64:
+        if self.narrow:
+            return i64(self.text16[pos]) & 0xFFFF
         return i64(self.text[pos])
 
     def _len(self, s: i64) -> i64:
@@ -462,7 +487,9 @@ class SuffixAutomaton(Automaton):
         return self.frozen
 
     def _span(self, start: i64, n: i64) -> list[int]:
-        end: i64 = min(start + n, len(self.text))
+        end: i64 = min(start + n, self._ntok())
+        if self.narrow:
+            return [i64(self.text16[i]) & 0xFFFF for i in range(start, end)]
         return [i64(self.text[i]) for i in range(start, end)]
 
     def _fanout(self, s: i64) -> i64:
@@ -497,7 +524,7 @@ class SuffixAutomaton(Automaton):
         hi: i64 = i64(self.off[s + 1])
         while lo < hi:
             mid = (lo + hi) >> 1
-            t: i64 = i64(self.etok[mid])
+            t: i64 = (i64(self.etok16[mid]) & 0xFFFF) if self.narrow else i64(self.etok[mid])
             if t < c:
                 lo = mid + 1
             elif t > c:
@@ -509,7 +536,7 @@ class SuffixAutomaton(Automaton):
     def _children(self, s: i64, toks: list[int], dsts: list[int]) -> None:
         if self.frozen:
             for i in range(i64(self.off[s]), i64(self.off[s + 1])):
-                toks.append(i64(self.etok[i]))
+                toks.append((i64(self.etok16[i]) & 0xFFFF) if self.narrow else i64(self.etok[i]))
                 dsts.append(i64(self.edst[i]))
             return
         b: i64 = s * _REC
@@ -528,22 +555,24 @@ class SuffixAutomaton(Automaton):
     def is_frozen(self) -> bool:
         return self.frozen
 
-    def arrays(self) -> list[tuple[str, vec[i32]]]:
-        """The frozen layout, in file order: (name, array)."""
+    def arrays(self) -> list[tuple[str, memoryview]]:
+        """The frozen layout, in file order: (name, buffer of int32, or int16 holding uint16)."""
         if not self.frozen:
             raise ValueError("freeze() the automaton before saving it")
+        text = memoryview(self.text16) if self.narrow else memoryview(self.text)
+        etok = memoryview(self.etok16) if self.narrow else memoryview(self.etok)
         return [
-            ("text", self.text),
-            ("link", self.link),
-            ("slen", self.slen),
-            ("minend", self.minend),
-            ("cnt", self.cnt),
-            ("off", self.off),
-            ("etok", self.etok),
-            ("edst", self.edst),
-            ("hub_state", self.hub_state),
-            ("hub_tok", self.hub_tok),
-            ("hub_dst", self.hub_dst),
+            ("text", text),
+            ("link", memoryview(self.link)),
+            ("slen", memoryview(self.slen)),
+            ("minend", memoryview(self.minend)),
+            ("cnt", memoryview(self.cnt)),
+            ("off", memoryview(self.off)),
+            ("etok", etok),
+            ("edst", memoryview(self.edst)),
+            ("hub_state", memoryview(self.hub_state)),
+            ("hub_tok", memoryview(self.hub_tok)),
+            ("hub_dst", memoryview(self.hub_dst)),
         ]
 
     def nbytes(self) -> int:
@@ -564,7 +593,46 @@ class SuffixAutomaton(Automaton):
             + len(self.hub_tok)
             + len(self.hub_dst)
         )
-        return total + 8 * len(self.table)
+        return total + 8 * len(self.table) + 2 * (len(self.text16) + len(self.etok16))
+
+
+def _to16(v: vec[i32]) -> vec[i16]:
+    """Values 0..65535 as int16 (the same two bytes as uint16)."""
+    out = vec[i16](capacity=len(v))
+    for i in range(len(v)):
+        x: i64 = i64(v[i])
+        out = append(out, i16(x - 0x10000 if x > 0x7FFF else x))
+    return out
+
+
+def frozen_from(wide: dict[str, vec[i32]], narrow: dict[str, vec[i16]]) -> SuffixAutomaton:
+    """A frozen automaton over arrays read from a segment file (text and etok may be narrow)."""
+    sam = SuffixAutomaton()
+    sam.rec = vec[i32]()
+    sam.x_tok = vec[i32]()
+    sam.x_next = vec[i32]()
+    sam.table = vec[i64]()
+    sam.link = wide["link"]
+    sam.slen = wide["slen"]
+    sam.minend = wide["minend"]
+    sam.cnt = wide["cnt"]
+    sam.off = wide["off"]
+    sam.edst = wide["edst"]
+    sam.hub_state = wide["hub_state"]
+    sam.hub_tok = wide["hub_tok"]
+    sam.hub_dst = wide["hub_dst"]
+    if "text" in narrow:
+        sam.text16 = narrow["text"]
+        sam.etok16 = narrow["etok"]
+        sam.ntext = len(sam.text16)
+        sam.narrow = True
+    else:
+        sam.text = wide["text"]
+        sam.etok = wide["etok"]
+    sam.nst = len(sam.slen)
+    sam.frozen = True
+    sam.counted_at = sam._ntok()
+    return sam
 
 
 def _counts(link: vec[i32], slen: vec[i32], minend: vec[i32], n: i64) -> vec[i32]:
@@ -679,19 +747,6 @@ def build(tokens: list[int], freeze: bool = True) -> SuffixAutomaton:
     return sam
 
 
-def narrow16(v: vec[i32]) -> bytes | None:
-    """The array as little-endian uint16 when every value fits (token ids of most tokenizers
-    do), else None: the index stores such arrays in half the space."""
-    w = BytesWriter()
-    for i in range(len(v)):
-        x: i32 = v[i]
-        if x < 0 or x > 0xFFFF:
-            return None
-        # The same two bytes as the unsigned value (librt has no u16 writer in mypy's stubs).
-        write_i16_le(w, i16(x - 0x10000 if x > 0x7FFF else x))
-    return w.getvalue()
-
-
 ARRAY_NAMES: Final = (
     "text",
     "link",
@@ -725,6 +780,7 @@ class MappedAutomaton(Automaton):
     ntok: i64
     nst: i64
     nhub: i64
+    root: dict[int, int]
 
     def __init__(self, views: list[memoryview]) -> None:
         if len(views) != len(ARRAY_NAMES):
@@ -743,6 +799,13 @@ class MappedAutomaton(Automaton):
         self.ntok = len(self.text)
         self.nst = len(self.slen)
         self.nhub = len(self.hub_state)
+        # Every failed match ends at the root, whose edges are as many as distinct tokens: a
+        # dict answers there in one step instead of a long binary search through the map.
+        self.root = {}
+        if self.nst > 0:
+            lo: int = self.off[0]
+            hi: int = self.off[1]
+            self.root = dict(zip(self.etok[lo:hi].tolist(), self.edst[lo:hi].tolist(), strict=True))
 
     def _ntok(self) -> i64:
         return self.ntok
@@ -805,6 +868,8 @@ class MappedAutomaton(Automaton):
         return v
 
     def _next(self, s: i64, c: i64) -> i64:
+        if s == ROOT:
+            return self.root.get(c, -1)
         lo: i64 = self.off[s]
         hi: i64 = self.off[s + 1]
         etok = self.etok

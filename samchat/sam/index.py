@@ -24,12 +24,17 @@ import mmap
 import os
 import struct
 import sys
+import time
 import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from librt.vecs import extend as vec_extend
+from librt.vecs import vec
+from mypy_extensions import i16, i32
 
 from samchat.errors import IndexCorruptError, SamchatError
 from samchat.sam import impl
@@ -80,6 +85,7 @@ class Segment:
     nbytes: int
     mapping: mmap.mmap | None
     dead: DeadSpans
+    views: list[memoryview] | None  # the mapped arrays until warm() copies them
 
 
 def _crc(buf: memoryview | bytes) -> int:
@@ -92,6 +98,25 @@ def _crc_many(views: list[memoryview]) -> list[int]:
         return [_crc(v) for v in views]
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         return list(pool.map(_crc, views))
+
+
+_COPY_CHUNK = 1 << 20  # items per memcpy; between chunks other threads get the GIL
+
+
+def _copy_i32(view: memoryview) -> vec[i32]:
+    out = vec[i32](capacity=len(view))
+    for a in range(0, len(view), _COPY_CHUNK):
+        out = vec_extend(out, view[a : a + _COPY_CHUNK])
+        time.sleep(0)
+    return out
+
+
+def _copy_i16(view: memoryview) -> vec[i16]:
+    out = vec[i16](capacity=len(view))
+    for a in range(0, len(view), _COPY_CHUNK):
+        out = vec_extend(out, view[a : a + _COPY_CHUNK])
+        time.sleep(0)
+    return out
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -107,20 +132,14 @@ def write_segment(
     path: Path, sam: SuffixAutomaton, docs: list[DocSpan], fingerprint: str, separator: int
 ) -> int:
     """Write a frozen automaton as a segment file; returns its size in bytes."""
-    blobs: list[bytes | memoryview] = []
+    blobs: list[memoryview] = []
     entries: list[dict[str, Any]] = []
-    for name, arr in sam.arrays():
-        narrow = impl.narrow16(arr) if name in NARROW and sys.byteorder == "little" else None
-        blob = narrow if narrow is not None else memoryview(arr)
-        blobs.append(blob)
+    for name, buf in sam.arrays():
+        # Token arrays come as int16 when every id fits in 16 bits: stored as uint16.
+        kind = "u16" if buf.format == "h" else "i32"
+        blobs.append(buf)
         entries.append(
-            {
-                "name": name,
-                "type": "u16" if narrow is not None else "i32",
-                "count": len(arr),
-                "crc": _crc(blob),
-                "offset": 0,
-            }
+            {"name": name, "type": kind, "count": len(buf), "crc": _crc(buf), "offset": 0}
         )
     header: dict[str, Any] = {
         "fingerprint": fingerprint,
@@ -238,7 +257,7 @@ def read_segment(path: Path, fingerprint: str, separator: int) -> Segment:
             raise IndexCorruptError(f"{where} has inconsistent array sizes; rebuild the index")
         sam = impl.MappedAutomaton(views)
         ok = True
-        return Segment(path.name, sam, docs, size, mm, impl.DeadSpans())
+        return Segment(path.name, sam, docs, size, mm, impl.DeadSpans(), views)
     finally:
         if not ok:
             # Views still alive keep the map; it closes when they are collected.
@@ -473,9 +492,33 @@ class StaticIndex:
             (self.directory / seg.name).unlink(missing_ok=True)
             self._release(seg)
 
+    def warm(self) -> None:
+        """Copy the memory-mapped segments into native arrays: queries get ~3x faster, and the
+        index then takes its size in process memory. Safe in a background thread (copies go in
+        chunks, so other threads keep running): cursors made afterwards use the copies, older
+        ones keep reading the map."""
+        for seg in list(self.segments):
+            views = seg.views
+            if views is None:
+                continue
+            wide: dict[str, vec[i32]] = {}
+            narrow: dict[str, vec[i16]] = {}
+            for name, view in zip(impl.ARRAY_NAMES, views, strict=True):
+                if view.format == "H":
+                    narrow[name] = _copy_i16(view.cast("B").cast("h"))
+                else:
+                    wide[name] = _copy_i32(view)
+            seg.sam = impl.frozen_from(wide, narrow)
+            seg.views = None
+            if seg.mapping is not None:
+                with contextlib.suppress(BufferError):  # older cursors still read it
+                    seg.mapping.close()
+                seg.mapping = None
+
     @staticmethod
     def _release(seg: Segment) -> None:
         seg.sam = impl.SuffixAutomaton()
+        seg.views = None
         if seg.mapping is not None:
             # A cursor may still read it; then the map closes with the cursor.
             with contextlib.suppress(BufferError):

@@ -6,6 +6,7 @@ import json
 import random
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -98,6 +99,10 @@ def test_segments_tail_and_reload_answer_exactly(
     reopened = StaticIndex.open(d, FP, SEP)
     persisted = {k: v for k, v in docs.items() if not k.startswith("t-")}
     assert reopened.document_ids() == set(persisted)
+    for q in queries:
+        check_cursor(reopened, persisted, q)
+    reopened.warm()  # copies the mapped arrays into native ones: same answers
+    assert all(seg.views is None for seg in reopened.segments)
     for q in queries:
         check_cursor(reopened, persisted, q)
 
@@ -211,10 +216,17 @@ def _one_segment(tmp_path: Path) -> Path:
     return seg
 
 
+def _header(path: Path) -> dict[str, Any]:
+    data = path.read_bytes()
+    _, _, hlen, _ = index_module._PREFIX.unpack_from(data)
+    header: dict[str, Any] = json.loads(
+        data[index_module._PREFIX.size : index_module._PREFIX.size + hlen]
+    )
+    return header
+
+
 def _array_offset(path: Path, name: str) -> int:
-    _, _, hlen, _ = index_module._PREFIX.unpack_from(path.read_bytes())
-    raw = path.read_bytes()[index_module._PREFIX.size : index_module._PREFIX.size + hlen]
-    (entry,) = [e for e in json.loads(raw)["arrays"] if e["name"] == name]
+    (entry,) = [e for e in _header(path)["arrays"] if e["name"] == name]
     return int(entry["offset"])
 
 
@@ -278,3 +290,51 @@ def test_orphan_segment_from_interrupted_flush_is_ignored(tmp_path: Path) -> Non
     index = StaticIndex.open(tmp_path, FP, SEP)
     assert index.stats()["segments"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json", seg.name]
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_wide_and_narrow_token_ids(tmp_path: Path, big: bool) -> None:
+    """Ids above 65535 keep 32-bit token arrays; smaller ones are stored in 16 bits."""
+    top = 70_000 if big else 60_000
+    rng = random.Random(5)
+    docs = {f"d{i}": [rng.choice([1, 2, top - i]) for _ in range(60)] for i in range(5)}
+    index = StaticIndex.open(tmp_path, FP, SEP)
+    for k, t in docs.items():
+        index.add_document(k, t)
+    index.flush()
+    raw = (tmp_path / index.segments[0].name).read_bytes()
+    header = json.loads(raw[index_module._PREFIX.size :].split(b"}]}", 1)[0] + b"}]}")
+    types = {e["name"]: e["type"] for e in header["arrays"]}
+    assert types["text"] == types["etok"] == ("i32" if big else "u16")
+    assert types["link"] == "i32"
+    reopened = StaticIndex.open(tmp_path, FP, SEP)
+    queries = [t[10:20] for t in docs.values()] + [[top, top - 1, 2]]
+    for q in queries:
+        check_cursor(reopened, docs, q)
+    reopened.warm()
+    for q in queries:
+        check_cursor(reopened, docs, q)
+
+
+def test_warm_in_a_thread_while_querying(tmp_path: Path) -> None:
+    import threading
+
+    rng = random.Random(9)
+    docs = {f"d{i}": [rng.randrange(1, 300) for _ in range(400)] for i in range(20)}
+    index = StaticIndex.open(tmp_path, FP, SEP)
+    for k, t in docs.items():
+        index.add_document(k, t)
+    index.flush()
+    index = StaticIndex.open(tmp_path, FP, SEP)
+    old = index.cursor()
+    worker = threading.Thread(target=index.warm)
+    worker.start()
+    for t in docs.values():
+        check_cursor(index, docs, t[50:70])
+    worker.join()
+    index.remove_document("d3")
+    del docs["d3"]
+    for t in docs.values():
+        check_cursor(index, docs, t[50:70])
+    old.feed_many(docs["d0"][:5])  # a cursor from before still works
+    assert old.match_len == 5
