@@ -100,6 +100,10 @@ class Automaton:
             raise IndexError("token position out of range")
         return self._tok(pos)
 
+    def nbytes(self) -> int:
+        """Heap bytes held by the arrays (0 for a memory map: the page cache holds those)."""
+        return 0
+
     def count(self, s: int) -> int:
         """Occurrences of the strings of state s in the text."""
         self._prepare_counts()
