@@ -1,0 +1,349 @@
+"""Start-up, the store, model loading and streaming replies (workers post back here)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from textual import work
+from textual.widgets import Static
+
+from samchat.errors import SamchatError
+from samchat.tui import backend
+from samchat.tui.app_base import SamchatBase
+from samchat.tui.live_stats import LiveStats, stats_to_dict
+from samchat.tui.messages import MessageView
+from samchat.tui.prompt import PromptArea
+from samchat.tui.stats_bar import SPARK_POINTS, StatsBar
+from samchat.tui.worker_messages import (
+    ModelFailed,
+    ModelLoaded,
+    ModelProgress,
+    Notice,
+    ReplyDelta,
+    ReplyFailed,
+    ReplyFinished,
+    ReplyJob,
+    ReplyStep,
+    StoreImported,
+)
+
+if TYPE_CHECKING:
+    from samchat.models.loader import LoadedModel
+
+
+class SamchatRuntime(SamchatBase):
+    """Opens the store after the first frame, loads models and streams replies in workers."""
+
+    def on_mount(self) -> None:
+        for problem in self.theme_problems:
+            self.notify(problem, severity="warning", title="Theme")
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+        if self.cfg.keymap:
+            self.set_keymap(self.cfg.keymap)
+        if self.config_problem:
+            self.notify(
+                self.config_problem + " (using defaults)",
+                severity="error",
+                title="Config",
+                timeout=10,
+            )
+        if "samchat.store" in sys.modules:
+            self.open_data()
+        else:  # importing sqlite-utils (and numpy) takes a while: not before the first frame
+            self.data_state = "opening"
+            self.import_store_worker()
+        if self.lm is not None:
+            indexer = self.indexer or self._make_indexer(self.lm)
+            self._adopt_model(
+                self.lm, backend.Generator(self.lm, self.cfg.decoding, indexer, self.cost_curve)
+            )
+        elif self.autoload_model:
+            self.start_model_load(self.model_source, self.device_name)
+        self.update_status()
+        self.query_one("#prompt", PromptArea).focus()
+        self.ready_at = time.perf_counter()
+        self.ready_cpu = time.process_time()
+
+    @work(thread=True, group="store", exit_on_error=False)
+    def import_store_worker(self) -> None:
+        import samchat.store  # noqa: F401
+
+        self.post_message(StoreImported())
+
+    def on_store_imported(self, _: StoreImported) -> None:
+        self.open_data()
+
+    def open_data(self) -> None:
+        try:
+            self.data = backend.ChatData.open(self.db_path)
+            self.data_state = "ready"
+        except SamchatError as exc:
+            self.data_state = "failed"
+            self.notify(
+                f"{exc} (chats are not saved)", severity="error", title="Database", timeout=15
+            )
+        self.refresh_sidebar()
+        if self.lm is not None and self.indexer is None and self.data is not None:
+            self.indexer = self._make_indexer(self.lm)
+            if self.generator is not None:
+                self.generator.indexer = self.indexer
+
+    # -- sending and replies -------------------------------------------------------------------
+
+    async def on_prompt_area_submitted(self, event: PromptArea.Submitted) -> None:
+        text = event.text.strip()
+        if not text:
+            return
+        if self.busy() or (data := self.need_data()) is None:
+            return
+        try:
+            if self.chat_id is None:
+                self.chat_id = data.create_chat(backend.title_from_prompt(text), self.model_name)
+                self.sub_title = data.chat(self.chat_id).title
+            rows = self.current_rows()
+            parent = rows[-1].id if rows else None
+            user_id = data.add_user(self.chat_id, text, parent)
+            row = data.message(user_id)
+        except SamchatError as exc:
+            self.error(exc, "Database")
+            return
+        self.prompt.clear()
+        await self.chat_view.add_view(self.chat_view.make_view(row), row)
+        self.refresh_sidebar()
+        await self.start_reply(user_id)
+
+    async def start_reply(self, user_id: int) -> None:
+        assert self.chat_id is not None
+        view = MessageView(
+            message_id=None, role="assistant", content="", model=self.model_name, parent_id=user_id
+        )
+        await self.chat_view.add_view(view)
+        view.start_stream()
+        job = ReplyJob(self.chat_id, user_id, view, LiveStats(time.perf_counter()), self.model_name)
+        if self.generator is None:
+            self.pending = job
+            if self.model_state != "loading":
+                self.notify(
+                    "no model is loaded: ctrl+l picks one; the prompt waits", severity="warning"
+                )
+            self.update_status()
+            return
+        self.launch(job)
+
+    def launch(self, job: ReplyJob) -> None:
+        assert self.generator is not None and self.data is not None
+        try:
+            messages = self.data.conversation(job.chat_id, job.parent_id)
+        except SamchatError as exc:
+            self.error(exc)
+            return
+        job.live = LiveStats(time.perf_counter())
+        job.model = self.generator.lm.name
+        self.job = job
+        self.update_status()
+        self.run_reply(job, self.generator, messages, dict(self.cfg.sampling))
+
+    @work(thread=True, group="reply", exit_on_error=False)
+    def run_reply(
+        self,
+        job: ReplyJob,
+        gen: backend.Generator,
+        messages: list[dict[str, str]],
+        sampling: dict[str, Any],
+    ) -> None:
+        try:
+            from samchat.decoding.events import ReplyDone, StepStats, TextDelta
+
+            for ev in gen.generate(messages, sampling, job.cancel):
+                if isinstance(ev, TextDelta):
+                    pieces = gen.pieces(list(ev.token_ids), list(ev.sources), ev.text)
+                    self.post_message(
+                        ReplyDelta(
+                            job,
+                            ev.text,
+                            pieces,
+                            len(ev.token_ids),
+                            list(ev.sources),
+                            time.perf_counter(),
+                        )
+                    )
+                elif isinstance(ev, StepStats):
+                    self.post_message(ReplyStep(job, ev.forward_s))
+                elif isinstance(ev, ReplyDone):
+                    self.post_message(
+                        ReplyFinished(
+                            job, ev.text, ev.finish_reason, stats_to_dict(ev.stats), ev.notice
+                        )
+                    )
+                    return
+            self.post_message(ReplyFailed(job, "the decoder stopped without finishing the reply"))
+        except SamchatError as exc:
+            self.post_message(ReplyFailed(job, str(exc)))
+        except Exception as exc:  # a decoder bug must not take the UI down
+            self.post_message(ReplyFailed(job, f"{type(exc).__name__}: {exc}"))
+
+    async def on_reply_delta(self, msg: ReplyDelta) -> None:
+        msg.job.live.on_delta(msg.n, msg.sources, msg.t)
+        if msg.job.view.is_attached:
+            await msg.job.view.append(msg.text, msg.pieces)
+        self.query_one(StatsBar).show(msg.job.live, "streaming")
+
+    def on_reply_step(self, msg: ReplyStep) -> None:
+        msg.job.live.on_step(msg.forward_s)
+
+    async def on_reply_finished(self, msg: ReplyFinished) -> None:
+        job = msg.job
+        if self.job is job:
+            self.job = None
+        job.live.on_done(msg.stats)
+        view = job.view
+        stats = dict(msg.stats)
+        stats["finish_reason"] = msg.finish_reason
+        stats["provenance"] = [[len(t), s] for t, s in view.spans]
+        stats["speed_trace"] = [round(x, 2) for x in job.live.speeds[-SPARK_POINTS:]]
+        if msg.notice:
+            stats["notice"] = msg.notice
+            self.notify(msg.notice, title="Context")
+        text = msg.text
+        if text != view.content:
+            # The engine's final text is authoritative (e.g. a stop string trimmed).
+            view.content = text
+            view.spans = [[text, "plain"]] if not view.spans else view.spans
+            if "".join(t for t, _ in view.spans) != text:
+                view.spans = [[text, "plain"]]
+                stats["provenance"] = [[len(text), "plain"]]
+            if view.is_attached:
+                view.query_one(".msg-body").update(text)  # type: ignore[attr-defined]
+        message_id: int | None = None
+        if self.data is not None:
+            try:
+                message_id = self.data.add_reply(
+                    job.chat_id, text, job.parent_id, job.model, stats, msg.finish_reason
+                )
+            except SamchatError as exc:
+                self.error(exc, "Database")
+        if view.is_attached:
+            await view.finish(message_id, stats)
+            if message_id is not None and self.data is not None and self.chat_id == job.chat_id:
+                row = self.data.message(message_id)
+                self.chat_view.rows.append(row)
+                self._refresh_branch_headers()
+        self.query_one(StatsBar).show(job.live, msg.finish_reason)
+        if msg.finish_reason == "cancelled":
+            self.notify("stopped", timeout=2)
+        self.refresh_sidebar()
+        self.update_status()
+        self.last_live = job.live
+        self.replies_finished += 1
+
+    def _refresh_branch_headers(self) -> None:
+        if self.data is None:
+            return
+        try:
+            branches = self.data.branches(self.chat_view.rows)
+        except SamchatError:
+            return
+        self.chat_view.branches = branches
+        for view in self.chat_view.views():
+            if view.message_id is not None:
+                view.branch = branches.get(view.message_id, (1, 1))
+                view.query_one(".msg-header", Static).update(view.header_text())
+
+    async def on_reply_failed(self, msg: ReplyFailed) -> None:
+        if self.job is msg.job:
+            self.job = None
+        if msg.job.view.is_attached:
+            await msg.job.view.finish(None, {})
+            await msg.job.view.remove()
+        self.error(msg.error, "Generation failed")
+        self.update_status()
+
+    # -- model loading -------------------------------------------------------------------------
+
+    def start_model_load(self, source: str, device: str) -> None:
+        self.model_state = "loading"
+        self.model_progress = ""
+        self.update_status()
+        self.load_model_worker(source, device, dict(self.cfg.decoding))
+
+    @work(thread=True, exclusive=True, group="model", exit_on_error=False)
+    def load_model_worker(self, source: str, device: str, decoding: dict[str, Any]) -> None:
+        def progress(text: str) -> None:
+            self.post_message(ModelProgress(text))
+
+        try:
+            lm = backend.load_lm(source, device, progress, self.model_options)
+        except SamchatError as exc:
+            self.post_message(ModelFailed(str(exc)))
+            return
+        except Exception as exc:
+            self.post_message(ModelFailed(f"could not load the model: {type(exc).__name__}: {exc}"))
+            return
+        indexer = self._make_indexer(lm)
+        generator = backend.Generator(lm, decoding, indexer, self.cost_curve)
+        warning = ""
+        try:
+            self.post_message(ModelProgress("preparing the decoder (timing this device once)"))
+            generator.prepare()
+        except Exception as exc:  # the next reply reports it again; the model itself is fine
+            warning = f"decoder setup failed: {exc}"
+        self.post_message(ModelLoaded(lm, generator, source, device, warning))
+
+    def on_model_progress(self, msg: ModelProgress) -> None:
+        self.model_progress = msg.text
+        self.update_status()
+
+    def on_model_loaded(self, msg: ModelLoaded) -> None:
+        self._adopt_model(msg.lm, msg.generator)
+        self.notify(f"model {msg.lm.name} ready", timeout=3)
+        if msg.warning:
+            self.error(msg.warning, "Decoder")
+        if msg.source != self.cfg.model or msg.device != self.cfg.device:
+            self.cfg.model, self.cfg.device = msg.source, msg.device
+            self.save_settings()
+
+    def _make_indexer(self, lm: LoadedModel) -> Any:
+        """Keeps the static index in step with the store (own thread, own connection)."""
+        if self.data is None:
+            return None
+
+        def failed(exc: Exception) -> None:  # runs in the indexer's thread
+            self.post_message(Notice(f"static index: {exc}", "Index"))
+
+        try:
+            return backend.start_indexer(lm, self.data.path, failed)
+        except Exception as exc:  # decoding still works without the static index
+            self.post_message(Notice(f"static index unavailable: {exc}", "Index"))
+            return None
+
+    def on_notice(self, msg: Notice) -> None:
+        self.error(msg.text, msg.title)
+
+    def poke_indexer(self) -> None:
+        if self.indexer is not None:
+            self.indexer.poke()
+
+    def on_unmount(self) -> None:
+        if self.job is not None:
+            self.job.cancel.set()
+        if self.indexer is not None:
+            self.indexer.stop(timeout=2)
+
+    def _adopt_model(self, lm: LoadedModel, generator: backend.Generator) -> None:
+        if self.indexer is not None and self.indexer is not generator.indexer:
+            self.indexer.stop(timeout=2)
+        self.lm = lm
+        self.generator = generator
+        self.indexer = generator.indexer
+        self.model_state = "ready"
+        self.update_status()
+        if self.pending is not None:
+            job, self.pending = self.pending, None
+            self.launch(job)
+
+    def on_model_failed(self, msg: ModelFailed) -> None:
+        self.model_state = "failed" if self.lm is None else "ready"
+        self.error(msg.error, "Model")
+        self.update_status()

@@ -1,0 +1,44 @@
+"""The app's actions: default keys, descriptions and binding ids (remappable in [keymap])."""
+
+from __future__ import annotations
+
+from textual.binding import Binding, BindingType
+
+# (action, default key, description, shown in the footer)
+ACTIONS: list[tuple[str, str, str, bool]] = [
+    ("help", "f1", "Help", True),
+    ("new_chat", "ctrl+n", "New chat", True),
+    ("rename_chat", "f2", "Rename chat", False),
+    ("delete_chat", "f8", "Delete chat", False),
+    ("system_prompt", "f12", "System prompt", False),
+    ("search", "ctrl+f", "Search chats", False),
+    ("stop", "escape", "Stop", True),
+    ("regenerate", "ctrl+r", "Regenerate", True),
+    ("edit_message", "f4", "Edit & resend", False),
+    ("branch_prev", "ctrl+b", "Previous branch", False),
+    ("branch_next", "ctrl+g", "Next branch", False),
+    ("copy_message", "f5", "Copy message", False),
+    ("copy_code", "f3", "Copy code block", False),
+    ("toggle_provenance", "f9", "Provenance", True),
+    ("toggle_stats", "f6", "Reply figures", False),
+    ("load_earlier", "ctrl+u", "Load earlier messages", False),
+    ("message_up", "ctrl+up", "Select previous message", False),
+    ("message_down", "ctrl+down", "Select next message", False),
+    ("pick_model", "ctrl+l", "Model", True),
+    ("import_documents", "ctrl+o", "Import", True),
+    ("settings", "ctrl+s", "Settings", True),
+    ("pick_theme", "ctrl+t", "Theme", False),
+]
+# Keys a focused text widget would otherwise take.
+PRIORITY = {"f6", "ctrl+u", "f12"}
+
+
+def binding_id(action: str) -> str:
+    return f"samchat.{action}"
+
+
+def app_bindings() -> list[BindingType]:
+    return [
+        Binding(key, action, desc, show=show, id=binding_id(action), priority=key in PRIORITY)
+        for action, key, desc, show in ACTIONS
+    ]

@@ -1,0 +1,111 @@
+"""Messages that worker threads post to the app (post_message is thread-safe)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from textual.message import Message
+
+from samchat.tui.live_stats import LiveStats
+from samchat.tui.messages import MessageView
+
+if TYPE_CHECKING:
+    from samchat.models.loader import LoadedModel
+    from samchat.tui.backend import Generator
+
+
+@dataclass
+class ReplyJob:
+    chat_id: int
+    parent_id: int  # the user message answered
+    view: MessageView
+    live: LiveStats
+    model: str
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+class ReplyDelta(Message):
+    def __init__(
+        self,
+        job: ReplyJob,
+        text: str,
+        pieces: list[tuple[str, str]],
+        n: int,
+        sources: list[str],
+        t: float,
+    ) -> None:
+        super().__init__()
+        self.job, self.text, self.pieces, self.n, self.sources, self.t = (
+            job,
+            text,
+            pieces,
+            n,
+            sources,
+            t,
+        )
+
+
+class ReplyStep(Message):
+    def __init__(self, job: ReplyJob, forward_s: float) -> None:
+        super().__init__()
+        self.job, self.forward_s = job, forward_s
+
+
+class ReplyFinished(Message):
+    def __init__(
+        self, job: ReplyJob, text: str, finish_reason: str, stats: dict[str, Any], notice: str
+    ) -> None:
+        super().__init__()
+        self.job, self.text, self.finish_reason, self.stats, self.notice = (
+            job,
+            text,
+            finish_reason,
+            stats,
+            notice,
+        )
+
+
+class ReplyFailed(Message):
+    def __init__(self, job: ReplyJob, error: str) -> None:
+        super().__init__()
+        self.job, self.error = job, error
+
+
+class ModelProgress(Message):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+class ModelLoaded(Message):
+    def __init__(
+        self, lm: LoadedModel, generator: Generator, source: str, device: str, warning: str
+    ) -> None:
+        super().__init__()
+        self.lm, self.generator, self.source, self.device, self.warning = (
+            lm,
+            generator,
+            source,
+            device,
+            warning,
+        )
+
+
+class ModelFailed(Message):
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class StoreImported(Message):
+    pass
+
+
+class Notice(Message):
+    """An error from a background thread, shown as a notification."""
+
+    def __init__(self, text: str, title: str) -> None:
+        super().__init__()
+        self.text, self.title = text, title
