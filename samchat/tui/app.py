@@ -327,11 +327,11 @@ class SamchatApp(SamchatRuntime):
         def importer(path: str, progress: Any) -> str:
             return backend.import_documents(path, store_path, progress)
 
-        def closed(summary: str | None) -> None:
-            self.poke_indexer()
+        def imported() -> None:
+            self.poke_indexer()  # the static index learns the new documents
             self.refresh_sidebar()  # imported ChatGPT exports become chats
 
-        self.push_screen(ImportScreen(importer), closed)
+        self.push_screen(ImportScreen(importer, imported))
 
     def action_settings(self) -> None:
         def done(result: tuple[dict[str, Any], dict[str, Any]] | None) -> None:

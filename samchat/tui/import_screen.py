@@ -21,9 +21,11 @@ Importer = Callable[[str, Callable[[int, int, str], None]], str]
 class ImportScreen(ModalScreen[str | None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "Close")]
 
-    def __init__(self, importer: Importer) -> None:
+    def __init__(self, importer: Importer, on_done: Callable[[], None] | None = None) -> None:
+        """on_done runs on the UI thread after an import, even if the screen was closed."""
         super().__init__(classes="dialog-screen")
         self.importer = importer
+        self.on_done = on_done
         self.running = False
         self.summary: str | None = None
 
@@ -71,6 +73,8 @@ class ImportScreen(ModalScreen[str | None]):
         self.run_import(path)
 
     def _progress(self, done: int, total: int, what: str) -> None:
+        if not self.is_attached:  # closed while the import goes on
+            return
         bar = self.query_one("#import-progress", ProgressBar)
         bar.update(total=max(total, 1), progress=done)
         if what:
@@ -78,18 +82,24 @@ class ImportScreen(ModalScreen[str | None]):
 
     def _finished(self, summary: str | None, error: str | None) -> None:
         self.running = False
+        if self.on_done is not None:
+            self.on_done()
+        if error is not None:
+            self.app.notify(error, severity="error", title="Import", timeout=10)
+        else:
+            self.summary = summary
+            self.app.notify(summary or "import done", title="Import")
+        if not self.is_attached:
+            return
         log = self.query_one("#import-log", Log)
         if error is not None:
             log.write_line(f"failed: {error}")
-            self.notify(error, severity="error", title="Import")
             return
-        self.summary = summary
         bar = self.query_one("#import-progress", ProgressBar)
         bar.update(total=bar.total or 1, progress=bar.total or 1)
         log.write_line(summary or "done")
-        self.notify(summary or "import done", title="Import")
 
-    @work(thread=True, exclusive=True, group="import")
+    @work(thread=True, exclusive=True, group="import", exit_on_error=False)
     def run_import(self, path: str) -> None:
         def progress(done: int, total: int, what: str) -> None:
             self.app.call_from_thread(self._progress, done, total, what)

@@ -276,3 +276,20 @@ def test_config_round_trip(tmp_path: Path) -> None:
     path = save_config(cfg, tmp_path / "c.toml")
     again = load_config(path)
     assert again == cfg
+
+
+async def test_import_goes_on_after_the_screen_is_closed(
+    make_app: Callable[..., SamchatApp], tmp_path: Path, store: Store
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for n in range(3):
+        (docs / f"note{n}.txt").write_text(f"Note number {n} about drafting.\n")
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: isinstance(app.screen, ImportScreen))
+        await pilot.press(*str(docs), "enter", "escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ImportScreen))
+        await wait_for(pilot, lambda: any("imported 3 documents" in n for n in notices(app)), 30)
+        assert len(store.documents()) == 3
