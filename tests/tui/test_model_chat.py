@@ -158,3 +158,19 @@ async def test_model_loads_in_a_worker_while_the_ui_works(
         assert app.lm is not default_lm and app.lm.name == default_lm.name
         assert "SmolLM2" in str(app.query_one("#status").render())
         assert app.chat_id is not None and len(replies(store, app.chat_id)) == 1
+
+
+async def test_a_failed_reply_is_a_notice_and_the_chat_goes_on(
+    make_app: Callable[..., SamchatApp], store: Store, default_lm: Any, curve: Any
+) -> None:
+    app = make_app(lm=default_lm, config=config(4), cost_curve=curve)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await send(pilot, app, "word " * 9000)  # longer than the model's context
+        await wait_for(pilot, lambda: app.job is None and app.chat_id is not None, 120)
+        await wait_for(pilot, lambda: len(app.chat_view.views()) == 1, 30)
+        assert any("too long" in n.message for n in app._notifications)
+        assert app.chat_id is not None and replies(store, app.chat_id) == []
+        # The app still answers the next prompt.
+        await pilot.press("ctrl+n")
+        await send(pilot, app, "Hi")
+        await wait_for(pilot, lambda: app.replies_finished == 1, 120)
