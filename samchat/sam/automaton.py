@@ -24,6 +24,7 @@ ROOT: Final = 0
 HUB_MIN: Final = 16
 HUB_K: Final = 8
 _MAX_TOKEN: Final = 0x7FFFFFFF
+_MAX_TEXT: Final = (1 << 30) - 1  # states (< 2 per token) must fit in int32
 _EMPTY: Final = -1
 # Multipliers for the edge hash; both < 2**31 so that no product overflows an i64.
 _HA: Final = 0x5BD1E995
@@ -293,6 +294,8 @@ class SuffixAutomaton(Automaton):
             raise ValueError("cannot extend a frozen suffix automaton")
         if token < 0 or token > _MAX_TOKEN:
             raise ValueError(f"token id {token} is out of range")
+        if len(self.text) >= _MAX_TEXT:
+            raise ValueError("a suffix automaton holds at most 2**30 - 1 tokens")
         c: i64 = token
         self.text = append(self.text, i32(c))
         n: i64 = len(self.text)

@@ -58,6 +58,8 @@ _ALIGN = 8
 NARROW = frozenset({"text", "etok", "hub_tok"})
 # Stored type -> (memoryview format, bytes per item).
 _ITEM = {"i32": ("i", 4), "u16": ("H", 2)}
+# States (< 2 per token) and positions are int32.
+MAX_SEGMENT_TOKENS = (1 << 30) - 1
 # Above this many segments flush() merges the smallest ones.
 MAX_SEGMENTS = 8
 # Checksums of big arrays run in threads: zlib releases the GIL.
@@ -303,7 +305,11 @@ class StaticIndex:
         directory = Path(directory)
         manifest = directory / MANIFEST
         if not manifest.exists():
-            directory.mkdir(parents=True, exist_ok=True)
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                msg = f"cannot create the static index directory {directory} ({exc.strerror})"
+                raise SamchatError(msg) from exc
             index = cls(directory, fingerprint, separator, [], set(), 0, 0)
             index._write_manifest()
             return index
@@ -362,7 +368,12 @@ class StaticIndex:
             "next_serial": self.next_serial,
             "next_segment": self.next_segment,
         }
-        _atomic_write(self.directory / MANIFEST, json.dumps(data, indent=1).encode())
+        try:
+            _atomic_write(self.directory / MANIFEST, json.dumps(data, indent=1).encode())
+        except OSError as exc:
+            raise SamchatError(
+                f"cannot write {self.directory / MANIFEST} ({exc.strerror})"
+            ) from exc
 
     # -- documents --------------------------------------------------------------------------
 
@@ -387,14 +398,20 @@ class StaticIndex:
             raise SamchatError(f"document {doc_id!r} contains the separator token; cannot index it")
         if any(t < 0 or t > 0x7FFFFFFF for t in toks):
             raise SamchatError(f"document {doc_id!r} has a token id out of range")
+        if self._tail.n_tokens + len(toks) + 1 > MAX_SEGMENT_TOKENS:
+            raise SamchatError(
+                f"document {doc_id!r} does not fit in one index segment; flush() first"
+            )
         if self.has_document(doc_id):
             self.remove_document(doc_id)
-        start = self._tail.n_tokens
-        for t in toks:
-            self._tail.extend(t)
-        self._tail.extend(self.separator)
-        self._tail_docs.append(DocSpan(doc_id, self.next_serial, start, start + len(toks)))
+        self._append_tail(doc_id, self.next_serial, toks)
         self.next_serial += 1
+
+    def _append_tail(self, doc_id: str, serial: int, toks: list[int]) -> None:
+        start = self._tail.n_tokens
+        self._tail.extend_many(toks)
+        self._tail.extend(self.separator)
+        self._tail_docs.append(DocSpan(doc_id, serial, start, start + len(toks)))
 
     def remove_document(self, doc_id: str) -> None:
         """Stop drafting from a document at once; its tokens go at the next compaction."""
@@ -435,25 +452,36 @@ class StaticIndex:
         return sam, docs
 
     def _doc_tokens(self, sam: Automaton, span: DocSpan) -> list[int]:
-        return [sam.token_at(p) for p in range(span.start, span.end)]
+        return sam._span(span.start, span.end - span.start)
 
     def _write_new_segment(self, sam: SuffixAutomaton, docs: list[DocSpan]) -> Segment:
         path = self._segment_path()
-        write_segment(path, sam, docs, self.fingerprint, self.separator)
+        try:
+            write_segment(path, sam, docs, self.fingerprint, self.separator)
+        except OSError as exc:
+            path.with_name(path.name + ".tmp").unlink(missing_ok=True)
+            raise SamchatError(f"cannot write {path} ({exc.strerror})") from exc
         return read_segment(path, self.fingerprint, self.separator)
 
     def flush(self) -> None:
         """Write the tail as a new segment; merge segments when there are too many."""
         live_tail = [d for d in self._tail_docs if d.serial not in self.removed]
         if live_tail:
+            pieces = [(d.doc_id, d.serial, self._doc_tokens(self._tail, d)) for d in live_tail]
             if len(live_tail) == len(self._tail_docs):
                 sam = self._tail
                 sam.freeze()
                 docs = live_tail
             else:
-                pieces = [(d.doc_id, d.serial, self._doc_tokens(self._tail, d)) for d in live_tail]
                 sam, docs = self._build(pieces)
-            self.segments.append(self._write_new_segment(sam, docs))
+            try:
+                self.segments.append(self._write_new_segment(sam, docs))
+            except SamchatError:
+                # Nothing was lost: the documents go back to a growing tail for the next try.
+                self._tail, self._tail_docs = impl.SuffixAutomaton(), []
+                for doc_id, serial, toks in pieces:
+                    self._append_tail(doc_id, serial, toks)
+                raise
         self.removed -= {d.serial for d in self._tail_docs}
         self._tail = impl.SuffixAutomaton()
         self._tail_docs = []
@@ -472,6 +500,8 @@ class StaticIndex:
 
     def _merge(self, which: list[int]) -> None:
         chosen = [self.segments[i] for i in which]
+        if sum(seg.sam.n_tokens for seg in chosen) > MAX_SEGMENT_TOKENS:
+            raise SamchatError("the static index is too large to merge into one segment")
         pieces = [
             (d.doc_id, d.serial, self._doc_tokens(seg.sam, d))
             for seg in chosen

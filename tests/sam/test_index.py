@@ -338,3 +338,30 @@ def test_warm_in_a_thread_while_querying(tmp_path: Path) -> None:
         check_cursor(index, docs, t[50:70])
     old.feed_many(docs["d0"][:5])  # a cursor from before still works
     assert old.match_len == 5
+
+
+def test_unwritable_places_give_one_line_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(SamchatError, match="cannot create the static index directory"):
+        StaticIndex.open(blocker / "index", FP, SEP)
+
+    index = StaticIndex.open(tmp_path / "ix", FP, SEP)
+    index.add_document("a", [1, 2, 3, 4])
+
+    def disk_full(*args: object, **kwargs: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(index_module, "write_segment", disk_full)
+    with pytest.raises(SamchatError, match="No space left on device"):
+        index.flush()
+    # Nothing was lost and the index still works: the tail keeps growing and flushes later.
+    assert index.document_ids() == {"a"}
+    index.add_document("b", [1, 2, 9])
+    monkeypatch.undo()
+    index.flush()
+    reopened = StaticIndex.open(tmp_path / "ix", FP, SEP)
+    assert reopened.document_ids() == {"a", "b"}
+    check_cursor(reopened, {"a": [1, 2, 3, 4], "b": [1, 2, 9]}, [1, 2])
