@@ -34,10 +34,11 @@ class Question:
 class Run:
     """One method on one question (all its turns)."""
 
-    tokens: int
+    tokens: int  # reply tokens (end-of-sequence excluded)
     seconds: float
-    steps: int
+    steps: int  # verification forwards
     token_ids: list[int]
+    committed: int = 0  # tokens the forwards produced, end-of-sequence included (for MAT)
 
     @property
     def tokens_per_s(self) -> float:
@@ -77,10 +78,11 @@ class Results:
                     mean(plain[q].tokens_per_s for q in qids if q in plain) if plain else 0
                 )
                 steps = sum(runs[q].steps for q in qids)
+                committed = sum(runs[q].committed for q in qids)
                 rows[category] = {
                     "tokens_per_s": round(speed, 2),
                     "speedup_vs_plain": round(speed / plain_speed, 3) if plain_speed else 0.0,
-                    "mat": round(sum(runs[q].tokens for q in qids) / steps, 3) if steps else 0.0,
+                    "mat": round(committed / steps, 3) if steps else 0.0,
                     "identical": sum(
                         1 for q in qids if q in plain and runs[q].token_ids == plain[q].token_ids
                     ),
@@ -185,6 +187,18 @@ class DecodeBench:
     def close(self) -> None:
         self._tmp.cleanup()
 
+    def prepare(self) -> None:
+        """One short untimed reply per method: loads lazy parts and measures the cost curve
+        (cached per model and device) before anything is timed."""
+        probe = Question("probe", "probe", ("Say hello.",))
+        saved = self.params.max_new_tokens
+        self.params.max_new_tokens = 4
+        try:
+            for method in self.methods:
+                self._ask(method, probe, grow_index=False)
+        finally:
+            self.params.max_new_tokens = saved
+
     def warm_up(self, questions: Sequence[Question]) -> None:
         """Chat through questions like a user's past chats: the index grows from each turn."""
         for i, q in enumerate(questions, 1):
@@ -208,14 +222,16 @@ class DecodeBench:
         total = Run(0, 0.0, 0, [])
         for turn in q.turns:
             messages.append({"role": "user", "content": turn})
-            ids, seconds, steps = (
+            raw, seconds, steps = (
                 self._pld(messages) if method == "pld" else self._session(method, messages)
             )
+            ids = self._strip_eos(raw)
             text = self.lm.tokenizer.decode(ids, skip_special_tokens=True)
             messages.append({"role": "assistant", "content": text})
             total.tokens += len(ids)
             total.seconds += seconds
             total.steps += steps
+            total.committed += len(raw)
             total.token_ids.extend(ids)
             if grow_index and self.index is not None:
                 self._doc += 1
@@ -239,8 +255,10 @@ class DecodeBench:
                 ids.extend(event.token_ids)
             elif isinstance(event, ReplyDone):
                 steps = event.stats.steps
+                if event.finish_reason == "eos":  # the session does not stream the EOS token
+                    ids.append(self.lm.eos_ids[0])
         seconds = time.perf_counter() - start
-        return self._strip_eos(ids), seconds, steps
+        return ids, seconds, steps
 
     def _pld(self, messages: list[dict[str, str]]) -> tuple[list[int], float, int]:
         """transformers' own prompt lookup decoding on the same model."""
@@ -273,8 +291,8 @@ class DecodeBench:
             seconds = time.perf_counter() - start
         finally:
             hook.remove()
-        ids = self._strip_eos(out[0, input_ids.shape[1] :].tolist())
-        return ids, seconds, max(calls[0] - 1, 1)  # the first forward is the prefill
+        # PLD drafts from the prompt from the first forward on: every call is a step.
+        return out[0, input_ids.shape[1] :].tolist(), seconds, max(calls[0], 1)
 
 
 def format_table(table: dict[str, dict[str, dict[str, float | int]]]) -> str:

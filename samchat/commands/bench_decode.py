@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         }
     }
     try:
+        bench.prepare()
         cold = bench.run(evaluated).table()
         output.update(cold)
         print("## without warm-up\n" + format_table(cold))
