@@ -251,6 +251,9 @@ class SamchatApp(SamchatRuntime):
 
     def action_toggle_provenance(self) -> None:
         on_now = not self.chat_view.has_class("-provenance")
+        if on_now:  # streaming replies skip it while hidden
+            for view in self.chat_view.views():
+                view.refresh_provenance()
         self.chat_view.set_class(on_now, "-provenance")
         self.query_one("#legend").display = on_now
 

@@ -132,7 +132,16 @@ class MessageView(Vertical, can_focus=True):
             add_span(self.spans, piece, source)
         if self._stream is not None:
             await self._stream.write(text)
-        if self.role == "assistant":  # hidden unless provenance is on, so the update is cheap
+        if self.role == "assistant" and self.provenance_shown():
+            self.refresh_provenance()
+
+    def provenance_shown(self) -> bool:
+        parent = self.parent
+        return parent is not None and parent.has_class("-provenance")
+
+    def refresh_provenance(self) -> None:
+        """Rebuilding the coloured text is O(reply): only while it is on screen."""
+        if self.role == "assistant":
             self.query_one(".msg-provenance", Static).update(provenance_content(self.spans))
 
     async def finish(self, message_id: int | None, stats: dict[str, Any]) -> None:

@@ -75,6 +75,10 @@ async def test_chat_reply_stats_and_stored_copy_agree(
         # Provenance covers the reply exactly, and is stored with it.
         assert "".join(t for t, _ in view.spans) == stored.content
         assert sum(n for n, _ in stored.stats["provenance"]) == len(stored.content)
+        await pilot.press("f9")
+        await pilot.pause()
+        shown = view.query_one(".msg-provenance", Static)
+        assert shown.styles.display == "block" and str(shown.render()) == stored.content
         # Lossless: plain greedy decoding of the same conversation gives the same text.
         from samchat.decoding import ChatSession, DecodingConfig, SamplingParams
 
