@@ -55,22 +55,28 @@ def backend() -> str:
 if TYPE_CHECKING:
     from samchat.sam.automaton import (
         Automaton,
+        DeadSpans,
         MappedAutomaton,
         MatchCursor,
+        MultiCursor,
         SuffixAutomaton,
         build,
     )
 else:
     Automaton = impl.Automaton
+    DeadSpans = impl.DeadSpans
     MappedAutomaton = impl.MappedAutomaton
     MatchCursor = impl.MatchCursor
+    MultiCursor = impl.MultiCursor
     SuffixAutomaton = impl.SuffixAutomaton
     build = impl.build
 
 __all__ = [
     "Automaton",
+    "DeadSpans",
     "MappedAutomaton",
     "MatchCursor",
+    "MultiCursor",
     "SuffixAutomaton",
     "backend",
     "build",

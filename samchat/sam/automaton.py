@@ -13,12 +13,14 @@ read back by MappedAutomaton through memoryviews over a memory map.
 """
 
 import heapq
-from typing import Final, final
+from typing import Final, cast, final
 
 from librt.vecs import append, extend, vec
 from mypy_extensions import i16, i32, i64
 
 ROOT: Final = 0
+# Shared int objects for 16-bit token ids, so that drafts need not allocate them.
+_INTS: Final[list[object]] = list(range(0x10000))
 # States with more edges than HUB_MIN keep their HUB_K most frequent children in a side table,
 # so that tree drafts need not scan thousands of edges.
 HUB_MIN: Final = 16
@@ -73,6 +75,15 @@ class Automaton:
     def _span(self, start: i64, n: i64) -> list[int]:
         """Tokens [start, start + n) clipped to the text (one bulk read)."""
         raise NotImplementedError
+
+    def _take(self, start: i64, n: i64, stop: i64) -> list[int]:
+        """Like _span, but ending before the first `stop` token."""
+        toks = self._span(start, n)
+        if stop >= 0:
+            for i in range(len(toks)):
+                if toks[i] == stop:
+                    return toks[:i]
+        return toks
 
     def _fanout(self, s: i64) -> i64:
         """Number of edges of s (frozen layouts only; -1 when unknown)."""
@@ -498,6 +509,25 @@ class SuffixAutomaton(Automaton):
         if self.narrow:
             return [i64(self.text16[i]) & 0xFFFF for i in range(start, end)]
         return [i64(self.text[i]) for i in range(start, end)]
+
+    def _take(self, start: i64, n: i64, stop: i64) -> list[int]:
+        end: i64 = min(start + n, self._ntok())
+        if not self.narrow:
+            out: list[int] = []
+            for i in range(start, end):
+                x: i64 = i64(self.text[i])
+                if x == stop:
+                    break
+                out.append(x)
+            return out
+        # Ids below 65536: hand out shared int objects instead of allocating one per token.
+        boxed: list[object] = []
+        for j in range(start, end):
+            y: i64 = i64(self.text16[j]) & 0xFFFF
+            if y == stop:
+                break
+            boxed.append(_INTS[y])
+        return cast(list[int], boxed)
 
     def _fanout(self, s: i64) -> i64:
         if not self.frozen:
@@ -1071,13 +1101,7 @@ class MatchCursor:
 
     def _take(self, start: i64, n: i64) -> list[int]:
         """The draftable tokens among the n from `start`: up to the separator."""
-        toks = self.sam._span(start, n)
-        stop = self.stop
-        if stop >= 0:
-            for i in range(len(toks)):
-                if toks[i] == stop:
-                    return toks[:i]
-        return toks
+        return self.sam._take(start, n, self.stop)
 
     def draft(self, n: int) -> list[int]:
         """Up to n tokens that followed the match; shorter matches are tried when too few follow."""
