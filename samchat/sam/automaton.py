@@ -1188,24 +1188,35 @@ class MatchCursor:
         dsts: list[int] = []
         sam._children(s, toks, dsts)
         # Keep the topk children by count (ties: smaller token id), skipping the separator and
-        # continuations first seen in removed documents.
-        best: list[tuple[int, int, int]] = []
+        # continuations first seen in removed documents; kept sorted in three parallel lists.
+        bc: list[int] = []
+        bt: list[int] = []
+        bd: list[int] = []
+        stop = self.stop
         for i in range(len(toks)):
-            t = toks[i]
-            if t == self.stop:
+            t: i64 = toks[i]
+            if t == stop:
                 continue
-            d = dsts[i]
-            c = sam._cnt(d)
-            if len(best) == topk and (c < best[-1][0] or (c == best[-1][0] and t > -best[-1][1])):
+            d: i64 = dsts[i]
+            c: i64 = sam._cnt(d)
+            m: i64 = len(bc)
+            if m == topk and (c < bc[m - 1] or (c == bc[m - 1] and t > bt[m - 1])):
                 continue
             if self._dead(sam._minend(d)):
                 continue
-            best.append((c, -t, d))
-            best.sort(reverse=True)
-            if len(best) > topk:
-                best.pop()
-        for c2, negt, d2 in best:
-            heapq.heappush(heap, (-(score * c2 / float(total)), seq, -negt, d2, node, depth))
+            k: i64 = m
+            while k > 0 and (bc[k - 1] < c or (bc[k - 1] == c and bt[k - 1] > t)):
+                k -= 1
+            bc.insert(k, c)
+            bt.insert(k, t)
+            bd.insert(k, d)
+            if m + 1 > topk:
+                bc.pop()
+                bt.pop()
+                bd.pop()
+        for j in range(len(bc)):
+            c2: int = bc[j]
+            heapq.heappush(heap, (-(score * c2 / float(total)), seq, bt[j], bd[j], node, depth))
             seq += 1
         return seq
 
