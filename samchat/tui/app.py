@@ -17,6 +17,7 @@ from samchat.tui import backend
 from samchat.tui.app_runtime import SamchatRuntime
 from samchat.tui.code_blocks import code_blocks
 from samchat.tui.dialogs import ConfirmScreen, EditorScreen, InputScreen, PickScreen
+from samchat.tui.guard import guarded
 from samchat.tui.help_screen import HelpScreen
 from samchat.tui.import_screen import ImportScreen
 from samchat.tui.keys import ACTIONS, app_bindings, binding_id
@@ -35,6 +36,7 @@ class SamchatApp(SamchatRuntime):
 
     # -- actions -------------------------------------------------------------------------------
 
+    @guarded
     def action_help(self) -> None:
         keymap = self.cfg.keymap
         rows = [
@@ -42,15 +44,18 @@ class SamchatApp(SamchatRuntime):
         ]
         self.push_screen(HelpScreen(rows))
 
+    @guarded
     async def action_new_chat(self) -> None:
         await self.open_chat(None)
         self.query_one("#search", Input).value = ""
         self.refresh_sidebar()
         self.prompt.focus()
 
+    @guarded
     def action_search(self) -> None:
         self.query_one("#search", Input).focus()
 
+    @guarded
     def action_rename_chat(self) -> None:
         if self.chat_id is None or (data := self.need_data()) is None:
             self.notify("open a chat first", severity="warning")
@@ -71,6 +76,7 @@ class SamchatApp(SamchatRuntime):
 
         self.push_screen(InputScreen("Rename chat", data.chat(chat_id).title), done)
 
+    @guarded
     def action_delete_chat(self) -> None:
         if self.chat_id is None or (data := self.need_data()) is None:
             self.notify("open a chat first", severity="warning")
@@ -96,6 +102,7 @@ class SamchatApp(SamchatRuntime):
         title = data.chat(chat_id).title
         self.push_screen(ConfirmScreen(f"Delete the chat “{title}” and all its messages?"), done)
 
+    @guarded
     def action_system_prompt(self) -> None:
         if (data := self.need_data()) is None:
             return
@@ -124,6 +131,7 @@ class SamchatApp(SamchatRuntime):
             EditorScreen(f"System prompt for “{chat.title}”", chat.system_prompt or ""), done
         )
 
+    @guarded
     def action_stop(self) -> None:
         if self.job is not None:
             self.job.cancel.set()
@@ -139,6 +147,7 @@ class SamchatApp(SamchatRuntime):
         self.notify("the waiting prompt will not be answered", timeout=3)
         self.update_status()
 
+    @guarded
     async def action_regenerate(self) -> None:
         if self.busy() or self.chat_id is None or self.data is None:
             return
@@ -157,6 +166,7 @@ class SamchatApp(SamchatRuntime):
         await self.chat_view.show_thread(upto, self.data.branches(upto))
         await self.start_reply(user_id)
 
+    @guarded
     def action_edit_message(self) -> None:
         if self.busy() or self.chat_id is None or (data := self.need_data()) is None:
             return
@@ -207,12 +217,15 @@ class SamchatApp(SamchatRuntime):
                 return
         self.notify("this message has no other branches", severity="warning")
 
+    @guarded
     async def action_branch_prev(self) -> None:
         await self._switch_branch(-1)
 
+    @guarded
     async def action_branch_next(self) -> None:
         await self._switch_branch(1)
 
+    @guarded
     def action_copy_message(self) -> None:
         view = self.target_view()
         if view is None or not view.content:
@@ -221,6 +234,7 @@ class SamchatApp(SamchatRuntime):
         self.copy_to_clipboard(view.content)
         self.notify(f"copied {len(view.content)} characters", timeout=2)
 
+    @guarded
     def action_copy_code(self) -> None:
         focused = self.focused
         views = [focused] if isinstance(focused, MessageView) else []
@@ -249,6 +263,7 @@ class SamchatApp(SamchatRuntime):
         self.copy_to_clipboard(block)
         self.notify(f"copied a code block ({len(block.splitlines())} lines)", timeout=2)
 
+    @guarded
     def action_toggle_provenance(self) -> None:
         on_now = not self.chat_view.has_class("-provenance")
         if on_now:  # streaming replies skip it while hidden
@@ -257,6 +272,7 @@ class SamchatApp(SamchatRuntime):
         self.chat_view.set_class(on_now, "-provenance")
         self.query_one("#legend").display = on_now
 
+    @guarded
     def action_toggle_stats(self) -> None:
         self.chat_view.toggle_class("-show-stats")
 
@@ -282,12 +298,15 @@ class SamchatApp(SamchatRuntime):
         views[target].focus()
         views[target].scroll_visible(animate=False)
 
+    @guarded
     async def action_message_up(self) -> None:
         await self._step_message(-1)
 
+    @guarded
     async def action_message_down(self) -> None:
         await self._step_message(1)
 
+    @guarded
     def on_message_view_focused(self, event: MessageView.Focused) -> None:
         """A finished reply shows its stored figures (and speed trace) in the stats bar."""
         view = event.view
@@ -299,11 +318,13 @@ class SamchatApp(SamchatRuntime):
         live.on_done(view.stats)
         self.query_one(StatsBar).show(live, f"{view.stats.get('finish_reason', '')} (stored)")
 
+    @guarded
     async def action_load_earlier(self) -> None:
         added = await self.chat_view.load_earlier()
         if not added:
             self.notify("this is the start of the chat", timeout=2)
 
+    @guarded
     def action_pick_model(self) -> None:
         if self.job is not None:  # a waiting prompt is fine: it goes to the new model
             self.notify("a reply is streaming; press esc to stop it first", severity="warning")
@@ -321,6 +342,7 @@ class SamchatApp(SamchatRuntime):
         recent = [self.cfg.model] if self.cfg.model else []
         self.push_screen(ModelScreen(self.model_source, self.device_name, recent), done)
 
+    @guarded
     def action_import_documents(self) -> None:
         data = self.need_data()
         if data is None:
@@ -336,6 +358,7 @@ class SamchatApp(SamchatRuntime):
 
         self.push_screen(ImportScreen(importer, imported))
 
+    @guarded
     def action_settings(self) -> None:
         def done(result: tuple[dict[str, Any], dict[str, Any]] | None) -> None:
             if result is None:
@@ -352,6 +375,7 @@ class SamchatApp(SamchatRuntime):
 
         self.push_screen(SettingsScreen(self.cfg.decoding, self.cfg.sampling), done)
 
+    @guarded
     def action_pick_theme(self) -> None:
         self.search_themes()
 

@@ -16,6 +16,7 @@ from samchat.errors import SamchatError
 from samchat.tui import backend
 from samchat.tui.chat_view import ChatView
 from samchat.tui.config import Config, ConfigError, load_config, save_config
+from samchat.tui.guard import guarded
 from samchat.tui.live_stats import LiveStats
 from samchat.tui.messages import MessageView, legend_content
 from samchat.tui.prompt import PromptArea
@@ -237,6 +238,7 @@ class SamchatBase(App[None]):
         if lst.highlighted is None and lst.option_count:
             lst.highlighted = 0
 
+    @guarded
     async def on_sidebar_chat_chosen(self, event: Sidebar.ChatChosen) -> None:
         if self.job is not None and event.chat_id != self.chat_id:
             self.notify("the reply keeps streaming into its own chat", timeout=3)

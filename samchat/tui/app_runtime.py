@@ -12,6 +12,7 @@ from textual.widgets import Static
 from samchat.errors import SamchatError
 from samchat.tui import backend
 from samchat.tui.app_base import SamchatBase
+from samchat.tui.guard import guarded
 from samchat.tui.live_stats import LiveStats, stats_to_dict
 from samchat.tui.messages import MessageView
 from samchat.tui.prompt import PromptArea
@@ -92,6 +93,7 @@ class SamchatRuntime(SamchatBase):
 
     # -- sending and replies -------------------------------------------------------------------
 
+    @guarded
     async def on_prompt_area_submitted(self, event: PromptArea.Submitted) -> None:
         text = event.text.strip()
         if not text:
@@ -193,6 +195,7 @@ class SamchatRuntime(SamchatBase):
     def on_reply_step(self, msg: ReplyStep) -> None:
         msg.job.live.on_step(msg.forward_s)
 
+    @guarded
     async def on_reply_finished(self, msg: ReplyFinished) -> None:
         job = msg.job
         if self.job is job:
@@ -251,6 +254,7 @@ class SamchatRuntime(SamchatBase):
                 view.branch = branches.get(view.message_id, (1, 1))
                 view.query_one(".msg-header", Static).update(view.header_text())
 
+    @guarded
     async def on_reply_failed(self, msg: ReplyFailed) -> None:
         if self.job is msg.job:
             self.job = None
@@ -295,6 +299,7 @@ class SamchatRuntime(SamchatBase):
         self.model_progress = msg.text
         self.update_status()
 
+    @guarded
     def on_model_loaded(self, msg: ModelLoaded) -> None:
         self._adopt_model(msg.lm, msg.generator)
         self.notify(f"model {msg.lm.name} ready", timeout=3)

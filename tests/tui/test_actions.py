@@ -336,3 +336,21 @@ async def test_keyboard_moves_between_messages_and_acts_on_one(
         await pilot.pause()
         await pilot.press("down", "down", "down")
         assert app.focused is app.prompt
+
+
+async def test_chat_deleted_elsewhere_is_a_notice_not_a_crash(
+    make_app: Callable[..., SamchatApp], store: Store
+) -> None:
+    chat = seed_chat(store, "Doomed elsewhere", [("q", "a")])
+    app = make_app()
+    async with app.run_test() as pilot:
+        await app.open_chat(chat)
+        store.delete_chat(chat)  # another samchat process, e.g. `samchat history`
+        for key in ("f2", "f8", "f4", "ctrl+r"):
+            await pilot.press(key)
+            await pilot.pause()
+        assert app.is_running
+        assert sum(f"no chat {chat}" in n.message for n in app._notifications) >= 2
+        await pilot.press(*"still works", "enter")
+        await wait_for(pilot, lambda: any("no chat" in n.message for n in app._notifications))
+        assert app.is_running
