@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from samchat import paths
+from samchat.errors import SamchatError
 from samchat.sam import backend, impl, load_pure
 from samchat.sam.dict_baseline import DictAutomaton, DictCursor
 from samchat.sam.index import StaticIndex
@@ -151,6 +152,8 @@ def make_corpus(src: Source, tokens: int) -> Corpus:
                 docs.append(src.flat[pos : pos + take].tolist())
                 used += take + 1
         pos += n
+    if not queries:
+        raise SamchatError("the benchmark corpus has too few files for held-out queries")
     return Corpus(src.kind, src.fingerprint, src.separator, docs, queries)
 
 
@@ -308,7 +311,7 @@ def run_bench(
 ) -> dict[str, Any]:
     # Held-out files are about 1/HOLD_OUT_EVERY of the text: read that much more.
     want = max(tokens, load_tokens) * (HOLD_OUT_EVERY + 2) // HOLD_OUT_EVERY + 2 * QUERY_TOKENS
-    src = load_source(want, kind, say)
+    src = load_source(max(want, 300_000), kind, say)
     corpus = make_corpus(src, load_tokens)
     big_docs = corpus.docs
     small = make_corpus(src, tokens)
