@@ -238,3 +238,26 @@ def test_tree_draft_at_high_fanout_states(
         assert cur.draft_tree(12, 3, topk) == draft_tree(
             hub_text, q, 12, 3, topk, stop=3, dead=dead
         )
+
+
+@pytest.mark.model
+def test_real_tokenizer_text(sam_mod: ModuleType) -> None:
+    """Text tokenized by the default model's tokenizer, as the app indexes it."""
+    from pydoc_data.topics import topics
+
+    from samchat.models.loader import load_tokenizer
+
+    tok, _ = load_tokenizer()
+    source = " ".join(topics[k] for k in sorted(topics)[:40])
+    text: list[int] = tok.encode(source, add_special_tokens=False)[:6000]
+    sam = sam_mod.build(text)
+    rng = random.Random(11)
+    for _ in range(20):
+        a = rng.randrange(len(text) - 30)
+        query = [*text[a : a + rng.randrange(1, 20)], *rng.sample(text, 1)]
+        cur = feed(sam_mod, sam, query)
+        ln = longest_match(text, query)
+        occ = ends(text, query[len(query) - ln :])
+        assert (cur.match_len, cur.end_pos, cur.occurrences) == (ln, occ[0], len(occ))
+        assert cur.draft(10) == draft(text, query, 10)
+        assert cur.draft_tree(12, 4, 3) == draft_tree(text, query, 12, 4, 3)
