@@ -73,6 +73,7 @@ class SamchatBase(App[None]):
         self.autoload_model = autoload_model
         self.model_state = "none"  # none | loading | ready | failed
         self.model_progress = ""
+        self.index_progress = ""  # e.g. "indexing 3/40" while the static index syncs
         self.job: ReplyJob | None = None  # the reply streaming now
         self.pending: ReplyJob | None = None  # a reply waiting for the model
         self.last_live: LiveStats | None = None
@@ -170,6 +171,8 @@ class SamchatBase(App[None]):
         else:
             parts.append("no model loaded (ctrl+l)")
         parts.append(f"method {self.cfg.decoding.get('method', 'sam+tr')}")
+        if self.index_progress:
+            parts.append(self.index_progress)
         if self.pending is not None:
             parts.append("your prompt waits for the model…")
         elif self.job is not None:

@@ -18,6 +18,7 @@ from samchat.tui.messages import MessageView
 from samchat.tui.prompt import PromptArea
 from samchat.tui.stats_bar import SPARK_POINTS, StatsBar
 from samchat.tui.worker_messages import (
+    IndexProgress,
     ModelFailed,
     ModelLoaded,
     ModelProgress,
@@ -227,6 +228,8 @@ class SamchatRuntime(SamchatBase):
                 )
             except SamchatError as exc:
                 self.error(exc, "Database")
+            else:
+                self.poke_indexer()  # the turn joins the static index for later replies
         if view.is_attached:
             await view.finish(message_id, stats)
             if message_id is not None and self.data is not None and self.chat_id == job.chat_id:
@@ -317,11 +320,19 @@ class SamchatRuntime(SamchatBase):
         def failed(exc: Exception) -> None:  # runs in the indexer's thread
             self.post_message(Notice(f"static index: {exc}", "Index"))
 
+        def progress(done: int, total: int, _what: str) -> None:  # the indexer's thread
+            self.post_message(IndexProgress(done, total))
+
         try:
-            return backend.start_indexer(lm, self.data.path, failed)
+            return backend.start_indexer(lm, self.data.path, failed, progress)
         except Exception as exc:  # decoding still works without the static index
             self.post_message(Notice(f"static index unavailable: {exc}", "Index"))
             return None
+
+    def on_index_progress(self, msg: IndexProgress) -> None:
+        busy = msg.total > 0 and msg.done < msg.total
+        self.index_progress = f"indexing {msg.done}/{msg.total}" if busy else ""
+        self.update_status()
 
     def on_notice(self, msg: Notice) -> None:
         self.error(msg.text, msg.title)

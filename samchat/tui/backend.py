@@ -227,13 +227,24 @@ class Generator:
         return [(text, max(set(sources), key=sources.count))]
 
 
-def start_indexer(lm: LoadedModel, db_path: Path, on_error: Callable[[Exception], None]) -> Any:
+def start_indexer(
+    lm: LoadedModel,
+    db_path: Path,
+    on_error: Callable[[Exception], None],
+    on_progress: Callable[[int, int, str], None] | None = None,
+) -> Any:
     """A BackgroundIndexer that keeps this tokenizer's static index in step with the store."""
     from samchat.corpus.indexing import BackgroundIndexer, tokenizer_codec
 
     encode, separator = tokenizer_codec(lm.tokenizer)
     return BackgroundIndexer(
-        db_path, lm.fingerprint, encode, separator, model=lm.name, on_error=on_error
+        db_path,
+        lm.fingerprint,
+        encode,
+        separator,
+        model=lm.name,
+        on_error=on_error,
+        on_progress=on_progress,
     ).start()
 
 

@@ -109,3 +109,11 @@ class Notice(Message):
     def __init__(self, text: str, title: str) -> None:
         super().__init__()
         self.text, self.title = text, title
+
+
+class IndexProgress(Message):
+    """The background indexer syncing the static index with the store."""
+
+    def __init__(self, done: int, total: int) -> None:
+        super().__init__()
+        self.done, self.total = done, total

@@ -178,3 +178,26 @@ async def test_a_failed_reply_is_a_notice_and_the_chat_goes_on(
         await pilot.press("ctrl+n")
         await send(pilot, app, "Hi")
         await wait_for(pilot, lambda: app.replies_finished == 1, 120)
+
+
+async def test_the_static_index_follows_the_store(
+    make_app: Callable[..., SamchatApp], store: Store, default_lm: Any, curve: Any
+) -> None:
+    from tui_helpers import seed_chat
+
+    old = seed_chat(store, "Earlier", [("What is a suffix automaton?", "An index of substrings.")])
+    app = make_app(lm=default_lm, config=config(4), cost_curve=curve)
+    async with app.run_test(size=(120, 36)) as pilot:
+        indexer = app.indexer
+        assert indexer is not None
+        await wait_for(pilot, lambda: indexer.ready.is_set(), 60)
+        keys = {f"msg:{m.id}" for m in store.messages(old)}
+        await wait_for(pilot, lambda: keys <= indexer.index.document_ids(), 60)
+        await send(pilot, app, "Hello")
+        await wait_for(pilot, lambda: app.replies_finished == 1, 120)
+        assert app.chat_id is not None
+        (reply,) = replies(store, app.chat_id)
+        # The finished reply pokes the indexer, which adds it for later drafting.
+        await wait_for(pilot, lambda: f"msg:{reply.id}" in indexer.index.document_ids(), 60)
+        await wait_for(pilot, lambda: "indexing" not in str(app.query_one("#status").render()))
+        assert app.generator is not None and app.generator.session().static_index is not None
