@@ -230,7 +230,9 @@ class SamchatRuntime(SamchatBase):
                 self.error(exc, "Database")
             else:
                 self.poke_indexer()  # the turn joins the static index for later replies
-        if view.is_attached:
+        if not view.is_attached:  # the user opened another chat meanwhile
+            await view.drop_stream()
+        else:
             await view.finish(message_id, stats)
             if message_id is not None and self.data is not None and self.chat_id == job.chat_id:
                 row = self.data.message(message_id)
@@ -261,8 +263,8 @@ class SamchatRuntime(SamchatBase):
     async def on_reply_failed(self, msg: ReplyFailed) -> None:
         if self.job is msg.job:
             self.job = None
+        await msg.job.view.drop_stream()
         if msg.job.view.is_attached:
-            await msg.job.view.finish(None, {})
             await msg.job.view.remove()
         self.error(msg.error, "Generation failed")
         self.update_status()

@@ -144,6 +144,12 @@ class MessageView(Vertical, can_focus=True):
         if self.role == "assistant":
             self.query_one(".msg-provenance", Static).update(provenance_content(self.spans))
 
+    async def drop_stream(self) -> None:
+        """Stop the Markdown stream of a view that left the screen mid-reply."""
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            await stream.stop()
+
     async def finish(self, message_id: int | None, stats: dict[str, Any]) -> None:
         if self._stream is not None:
             await self._stream.stop()

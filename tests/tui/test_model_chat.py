@@ -201,3 +201,24 @@ async def test_the_static_index_follows_the_store(
         await wait_for(pilot, lambda: f"msg:{reply.id}" in indexer.index.document_ids(), 60)
         await wait_for(pilot, lambda: "indexing" not in str(app.query_one("#status").render()))
         assert app.generator is not None and app.generator.session().static_index is not None
+
+
+async def test_opening_another_chat_while_a_reply_streams(
+    make_app: Callable[..., SamchatApp], store: Store, default_lm: Any, curve: Any
+) -> None:
+    from tui_helpers import seed_chat
+
+    other = seed_chat(store, "Other", [("q", "a")])
+    app = make_app(lm=default_lm, config=config(40), cost_curve=curve)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await send(pilot, app, "Count from one to twenty in words.")
+        await wait_for(pilot, lambda: app.job is not None and app.job.live.tokens >= 2, 120)
+        first = app.chat_id
+        assert first is not None
+        await app.open_chat(other)
+        assert [v.content for v in app.chat_view.views()] == ["q", "a"]
+        await wait_for(pilot, lambda: app.replies_finished == 1, 120)
+        assert app.chat_id == other
+        (reply,) = replies(store, first)  # stored in the chat it belongs to
+        await app.open_chat(first)
+        assert app.chat_view.views()[-1].content == reply.content
