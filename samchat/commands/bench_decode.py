@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from samchat.cli_options import add_model_options, spec_from_args
+from samchat.errors import SamchatError
 
 
 def register_bench(sub: Any) -> None:
@@ -24,6 +25,11 @@ def register_bench(sub: Any) -> None:
         type=int,
         default=0,
         help="first chat through N questions per category (not evaluated) to grow the index",
+    )
+    parser.add_argument(
+        "--warm-methods",
+        default=None,
+        help="methods to evaluate again after the warm-up (default: all of --methods)",
     )
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     parser.add_argument("--png", type=Path, default=None, help="chart of speedup by category")
@@ -47,6 +53,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
     methods = parse_methods(args.methods)
+    warm_methods = parse_methods(args.warm_methods) if args.warm_methods else methods
+    if not set(warm_methods) <= set(methods):
+        raise SamchatError("--warm-methods must be a subset of --methods")
     path = args.questions or default_questions_path()
     questions = load_questions(path)
     evaluated = pick(questions, args.per_category, skip=args.warm_chats)
@@ -73,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         tables = {"cold": cold}
         if args.warm_chats:
             bench.warm_up(pick(questions, args.warm_chats))
+            bench.methods = warm_methods
             warm = bench.run(evaluated).table()
             output["warm"] = warm
             tables["warm"] = warm
