@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,12 +25,6 @@ Message = dict[str, str]
 def title_from_prompt(text: str, width: int = 48) -> str:
     line = " ".join(text.split())
     return line if len(line) <= width else line[: width - 1].rstrip() + "…"
-
-
-@dataclass
-class Branch:
-    index: int  # 1-based position among its siblings
-    count: int
 
 
 class ChatData:
@@ -215,8 +208,11 @@ class Generator:
         tok = self.lm.tokenizer
         out: list[tuple[str, str]] = []
         prev = ""
+        last = len(sources) - 1
         for i, src in enumerate(sources):
             cur = tok.decode(token_ids[: i + 1], skip_special_tokens=True)
+            if cur.endswith("\ufffd") and i < last:
+                continue  # half a character: it goes with the token that completes it
             if not cur.startswith(prev):
                 break
             out.append((cur[len(prev) :], src))

@@ -1,0 +1,112 @@
+"""Unit tests of the TUI's plain-Python parts: config, themes, live figures, code blocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from samchat.tui.code_blocks import code_blocks
+from samchat.tui.config import ConfigError, from_toml_dict, load_config, validate_sampling
+from samchat.tui.live_stats import LiveStats, format_stats
+from samchat.tui.themes import ThemeFileError, load_themes, theme_from_dict
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"sampling": {"top_p": 0.0}}, "top_p"),
+        ({"sampling": {"max_new_tokens": 0}}, "max_new_tokens"),
+        ({"sampling": {"temperature": "hot"}}, "temperature"),
+        ({"sampling": {"beam": 4}}, "unknown sampling setting"),
+        ({"decoding": {"method": "magic"}}, "decoding.method"),
+        ({"decoding": {"max_draft": -1}}, "max_draft"),
+        ({"keymap": {"samchat.help": 1}}, "keymap"),
+        ({"theme": 3}, "theme"),
+    ],
+)
+def test_bad_config_values_name_the_problem(section: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        from_toml_dict(section)
+
+
+def test_missing_config_gives_defaults(tmp_path: Path) -> None:
+    cfg = load_config(tmp_path / "none.toml")
+    assert cfg.theme == "samchat-dark" and cfg.decoding["method"] == "sam+tr"
+    assert validate_sampling({})["max_new_tokens"] == 512
+
+
+def test_theme_files_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(ThemeFileError, match="name"):
+        theme_from_dict({"primary": "#fff"}, "x.toml")
+    with pytest.raises(ThemeFileError, match="bad colour"):
+        theme_from_dict({"name": "x", "primary": "#fff", "accent": "no-such-colour"}, "x.toml")
+    (tmp_path / "a.toml").write_text(
+        'name = "a"\nprimary = "#112233"\n[variables]\nprov-tr = "red"\n'
+    )
+    (tmp_path / "b.toml").write_text("not toml [")
+    themes, problems = load_themes([tmp_path])
+    assert [t.name for t in themes] == ["a"]
+    assert themes[0].variables["prov-tr"] == "red" and "prov-dyn" in themes[0].variables
+    assert len(problems) == 1 and "b.toml" in problems[0]
+
+
+def test_bundled_themes_include_a_light_one() -> None:
+    themes, problems = load_themes()
+    assert problems == []
+    names = {t.name for t in themes}
+    assert len(names) >= 4
+    assert any(not t.dark for t in themes)
+
+
+def test_live_figures_then_final_ones() -> None:
+    live = LiveStats(started=10.0)
+    live.on_step(0.1)
+    live.on_delta(1, ["plain"], 10.1)
+    live.on_step(0.2)  # a 4-token draft step costs twice a plain one here
+    live.on_delta(4, ["dyn", "dyn", "tr", "plain"], 10.3)
+    assert live.tokens == 5 and live.steps == 2
+    assert live.mat == pytest.approx(2.5)
+    assert live.tokens_per_s == pytest.approx(5 / 0.3)
+    assert live.speedup == pytest.approx(5 * 0.1 / 0.3)
+    assert live.shares() == pytest.approx({"dyn": 0.4, "static": 0.0, "tr": 0.2})
+    assert live.speeds == pytest.approx([10.0, 20.0])
+    final = {
+        "tokens": 5,
+        "tokens_per_s": 12.0,
+        "mat": 2.5,
+        "speedup_est": 1.4,
+        "accepted_by_drafter": {"dyn": 2, "tr": 1, "plain": 2},
+        "seconds": 0.4,
+    }
+    live.on_done(final)
+    assert (live.tokens_per_s, live.speedup) == (12.0, 1.4)
+    assert "dyn 40% static 0% tr 20%" in format_stats(final)
+
+
+def test_code_blocks() -> None:
+    text = "Intro\n\n```py\na = 1\n```\n\nThen:\n\n    indented\n\nand `inline` only."
+    assert code_blocks(text) == ["a = 1\n", "indented\n"]
+    assert code_blocks("no code at all") == []
+
+
+@pytest.mark.model
+def test_delta_text_is_split_per_token(default_lm: Any) -> None:
+    from samchat.tui.backend import Generator
+
+    gen = Generator(default_lm, {"method": "sam+tr"})
+    text = " naïve café déjà vu"
+    ids = default_lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+    sources = ["tr"] * (len(ids) - 1) + ["dyn"]
+    pieces = gen.pieces(ids, sources, text)
+    assert "".join(p for p, _ in pieces) == text
+    assert [s for _, s in pieces] == sources  # one piece per token
+    # A character split over two tokens stays whole, with the token that completes it.
+    emoji = " 🦜 鬱"  # each takes three byte-level tokens
+    eids = default_lm.tokenizer(emoji, add_special_tokens=False)["input_ids"]
+    esources = ["dyn"] * (len(eids) - 1) + ["tr"]
+    epieces = gen.pieces(eids, esources, emoji)
+    assert [p for p, _ in epieces] == [" 🦜", " 鬱"] and epieces[-1][1] == "tr"
+    # Pieces that do not add up to the text go, whole, to the most common drafter.
+    assert gen.pieces(ids, sources, "something else") == [("something else", "tr")]
