@@ -123,6 +123,11 @@ async def test_themes_load_switch_and_persist(
         assert app.theme == "samchat-light"
         await pilot.press("ctrl+t")  # the theme picker is the command palette
         await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette))
+        await pilot.press(*"ember")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.theme == "ember")
+        await wait_for(pilot, lambda: tomllib.loads(config_path.read_text())["theme"] == "ember")
 
 
 async def test_bad_config_file_is_reported_not_fatal(
