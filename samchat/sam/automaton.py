@@ -131,6 +131,7 @@ _END: Final = 2
 _FTOK: Final = 3
 _FDST: Final = 4
 _XHEAD: Final = 5
+_DEG: Final = 6  # number of edges, so that freeze() need not count them
 
 
 def _zeros32(n: i64) -> vec[i32]:
@@ -223,6 +224,7 @@ class SuffixAutomaton(Automaton):
         rec[b + _FTOK] = -1
         rec[b + _FDST] = -1
         rec[b + _XHEAD] = -1
+        rec[b + _DEG] = 0
         self.nst = s + 1
         return s
 
@@ -266,6 +268,7 @@ class SuffixAutomaton(Automaton):
         if self.rec[b + _FTOK] < 0:
             self.rec[b + _FTOK] = i32(c)
             self.rec[b + _FDST] = i32(d)
+            self.rec[b + _DEG] = 1
             return
         self._add_extra(s, c, d, -1)
 
@@ -281,6 +284,7 @@ class SuffixAutomaton(Automaton):
         self.x_tok = append(self.x_tok, i32(c))
         self.x_next = append(self.x_next, self.rec[b + _XHEAD])
         self.rec[b + _XHEAD] = i32(e)
+        self.rec[b + _DEG] = self.rec[b + _DEG] + 1
         self.table[j] = (s << 32) | c
         self.table[j + 1] = d
         self.tused += 1
@@ -323,6 +327,7 @@ class SuffixAutomaton(Automaton):
             if ft < 0:
                 rec[b + _FTOK] = i32(c)
                 rec[b + _FDST] = i32(cur)
+                rec[b + _DEG] = 1
             elif rec[b + _XHEAD] < 0:
                 self._add_extra(p, c, cur, -1)
             else:
@@ -344,6 +349,7 @@ class SuffixAutomaton(Automaton):
             rec[cb + _LINK] = rec[qb + _LINK]
             rec[cb + _FTOK] = rec[qb + _FTOK]
             rec[cb + _FDST] = rec[qb + _FDST]
+            rec[cb + _DEG] = 1 if rec[qb + _FTOK] >= 0 else 0
             e: i64 = i64(rec[qb + _XHEAD])
             while e >= 0:
                 t: i64 = i64(self.x_tok[e])
@@ -396,35 +402,25 @@ class SuffixAutomaton(Automaton):
         rec = self.rec
         off = _zeros32(ns + 1)
         for s in range(ns):
-            if rec[s * _REC + _FTOK] >= 0:
-                off[s + 1] = 1
-        table = self.table
-        for i in range(0, len(table), 2):
-            k = table[i]
-            if k != _EMPTY:
-                src: i64 = (k >> 32) + 1
-                off[src] = off[src] + 1
-        for s in range(ns):
-            off[s + 1] = off[s + 1] + off[s]
+            off[s + 1] = off[s] + rec[s * _REC + _DEG]
         ne: i64 = i64(off[ns])
-        etok = _zeros32(ne)
-        edst = _zeros32(ne)
+        # Edges as (token << 32 | target): one array to scatter into and to sort.
+        pairs = vec[i64](memoryview(bytearray(8 * ne)).cast("q"))
         fill = vec[i32](off)
         for s in range(ns):
             b: i64 = s * _REC
             if rec[b + _FTOK] >= 0:
-                at: i64 = i64(fill[s])
-                etok[at] = rec[b + _FTOK]
-                edst[at] = rec[b + _FDST]
-                fill[s] = i32(at + 1)
+                pairs[i64(fill[s])] = (i64(rec[b + _FTOK]) << 32) | i64(rec[b + _FDST])
+                fill[s] = fill[s] + 1
+        table = self.table
         for i in range(0, len(table), 2):
             k = table[i]
             if k != _EMPTY:
                 s3: i64 = k >> 32
-                at2: i64 = i64(fill[s3])
-                etok[at2] = i32(k & 0xFFFFFFFF)
-                edst[at2] = i32(table[i + 1])
-                fill[s3] = i32(at2 + 1)
+                at: i64 = i64(fill[s3])
+                pairs[at] = ((k & 0xFFFFFFFF) << 32) | table[i + 1]
+                fill[s3] = i32(at + 1)
+        self.table = vec[i64]()  # free it before the next allocations
         hub_state = vec[i32]()
         hub_tok = vec[i32]()
         hub_dst = vec[i32]()
@@ -433,13 +429,41 @@ class SuffixAutomaton(Automaton):
             lo: i64 = i64(off[s])
             hi: i64 = i64(off[s + 1])
             if hi - lo > 1:
-                _sort_edges(etok, edst, lo, hi)
+                _sort_pairs(pairs, lo, hi)
             if hi - lo > HUB_MIN:
                 hub_state = append(hub_state, i32(s))
-                top = _top_children(etok, edst, cnt, lo, hi)
+                top = _top_children(pairs, cnt, lo, hi)
                 for j in range(HUB_K):
-                    hub_tok = append(hub_tok, etok[i64(top[j])])
-                    hub_dst = append(hub_dst, edst[i64(top[j])])
+                    p = pairs[top[j]]
+                    hub_tok = append(hub_tok, i32(p >> 32))
+                    hub_dst = append(hub_dst, i32(p & 0xFFFFFFFF))
+        text = self.text
+        narrow = True
+        for i in range(len(text)):
+            if text[i] > 0xFFFF:
+                narrow = False
+                break
+        edst = _zeros32(ne)
+        if narrow:
+            # Every id fits in 16 bits: text and edge tokens as int16 (read back masked).
+            etok16 = vec[i16](memoryview(bytearray(2 * ne)).cast("h"))
+            for i in range(ne):
+                p2 = pairs[i]
+                t: i64 = p2 >> 32
+                etok16[i] = i16(t - 0x10000 if t > 0x7FFF else t)
+                edst[i] = i32(p2 & 0xFFFFFFFF)
+            self.etok16 = etok16
+            self.text16 = _to16(text)
+            self.ntext = len(text)
+            self.text = vec[i32]()
+            self.narrow = True
+        else:
+            etok = _zeros32(ne)
+            for i in range(ne):
+                p3 = pairs[i]
+                etok[i] = i32(p3 >> 32)
+                edst[i] = i32(p3 & 0xFFFFFFFF)
+            self.etok = etok
         self.hub_state = hub_state
         self.hub_tok = hub_tok
         self.hub_dst = hub_dst
@@ -447,28 +471,12 @@ class SuffixAutomaton(Automaton):
         self.slen = slen
         self.minend = minend
         self.off = off
-        self.etok = etok
         self.edst = edst
         self.rec = vec[i32]()
         self.x_tok = vec[i32]()
         self.x_next = vec[i32]()
-        self.table = vec[i64]()
         self.tmask = 0
         self.frozen = True
-        self._narrow()
-
-    def _narrow(self) -> None:
-        """Switch text and edge tokens to int16 storage when every token id fits."""
-        text = self.text
-        for i in range(len(text)):
-            if text[i] > 0xFFFF:
-                return
-        self.text16 = _to16(text)
-        self.etok16 = _to16(self.etok)
-        self.ntext = len(text)
-        self.text = vec[i32]()
-        self.etok = vec[i32]()
-        self.narrow = True
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -705,73 +713,65 @@ def _counts(link: vec[i32], slen: vec[i32], minend: vec[i32], n: i64) -> vec[i32
     return cnt
 
 
-def _top_children(etok: vec[i32], edst: vec[i32], cnt: vec[i32], lo: i64, hi: i64) -> vec[i64]:
-    """Edge indices of the HUB_K most frequent children in [lo, hi) (sorted by token), most
-    frequent first, ties to the smaller token: the order tree drafts use."""
+def _top_children(pairs: vec[i64], cnt: vec[i32], lo: i64, hi: i64) -> vec[i64]:
+    """Indices of the HUB_K most frequent children among the edges [lo, hi) (sorted by token),
+    most frequent first, ties to the smaller token: the order tree drafts use."""
     top = vec[i64]()
     for i in range(lo, hi):
-        c: i64 = i64(cnt[i64(edst[i])])
-        if len(top) == HUB_K and c <= i64(cnt[i64(edst[top[HUB_K - 1]])]):
+        c: i64 = i64(cnt[pairs[i] & 0xFFFFFFFF])
+        if len(top) == HUB_K and c <= i64(cnt[pairs[top[HUB_K - 1]] & 0xFFFFFFFF]):
             continue  # a tie keeps the earlier, smaller token
         if len(top) < HUB_K:
             top = append(top, i)
         else:
             top[HUB_K - 1] = i
         k: i64 = len(top) - 1
-        while k > 0 and i64(cnt[i64(edst[top[k - 1]])]) < c:
+        while k > 0 and i64(cnt[pairs[top[k - 1]] & 0xFFFFFFFF]) < c:
             top[k] = top[k - 1]
             k -= 1
         top[k] = i
     return top
 
 
-def _sift_down(etok: vec[i32], edst: vec[i32], lo: i64, root: i64, n: i64) -> None:
+def _sift_down(pairs: vec[i64], lo: i64, root: i64, n: i64) -> None:
     while True:
         child: i64 = 2 * root + 1
         if child >= n:
             return
-        if child + 1 < n and etok[lo + child] < etok[lo + child + 1]:
+        if child + 1 < n and pairs[lo + child] < pairs[lo + child + 1]:
             child += 1
-        if etok[lo + root] >= etok[lo + child]:
+        if pairs[lo + root] >= pairs[lo + child]:
             return
-        t: i32 = etok[lo + root]
-        d: i32 = edst[lo + root]
-        etok[lo + root] = etok[lo + child]
-        edst[lo + root] = edst[lo + child]
-        etok[lo + child] = t
-        edst[lo + child] = d
+        t: i64 = pairs[lo + root]
+        pairs[lo + root] = pairs[lo + child]
+        pairs[lo + child] = t
         root = child
 
 
-def _sort_edges(etok: vec[i32], edst: vec[i32], lo: i64, hi: i64) -> None:
-    """Sort the edges [lo, hi) by token: insertion sort for the usual few, heapsort for hubs."""
+def _sort_pairs(pairs: vec[i64], lo: i64, hi: i64) -> None:
+    """Sort [lo, hi) (by token, the high half): insertion sort for the usual few, heapsort for
+    hubs."""
     n: i64 = hi - lo
     if n > 32:
         i: i64 = n // 2 - 1
         while i >= 0:
-            _sift_down(etok, edst, lo, i, n)
+            _sift_down(pairs, lo, i, n)
             i -= 1
         end: i64 = n - 1
         while end > 0:
-            t0: i32 = etok[lo]
-            d0: i32 = edst[lo]
-            etok[lo] = etok[lo + end]
-            edst[lo] = edst[lo + end]
-            etok[lo + end] = t0
-            edst[lo + end] = d0
-            _sift_down(etok, edst, lo, 0, end)
+            t0: i64 = pairs[lo]
+            pairs[lo] = pairs[lo + end]
+            pairs[lo + end] = t0
+            _sift_down(pairs, lo, 0, end)
             end -= 1
         return
     for k in range(lo + 1, hi):
-        t: i32 = etok[k]
-        d: i32 = edst[k]
+        t: i64 = pairs[k]
         j: i64 = k - 1
-        while j >= lo and etok[j] > t:
-            etok[j + 1] = etok[j]
-            edst[j + 1] = edst[j]
+        while j >= lo and pairs[j] > t:
+            pairs[j + 1] = pairs[j]
             j -= 1
-        etok[j + 1] = t
-        edst[j + 1] = d
+        pairs[j + 1] = t
 
 
 def build(tokens: list[int], freeze: bool = True) -> SuffixAutomaton:
