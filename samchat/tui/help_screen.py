@@ -59,6 +59,9 @@ class HelpScreen(ModalScreen[None]):
             "| `shift+enter` / `ctrl+j` | new line in the prompt | |",
             "| `ctrl+p` | command palette (every action) | |",
             "| `ctrl+q` | quit | |",
+            "| `↑` `↓` (on a message) | previous / next message | |",
+            "| `←` `→` (on a message) | previous / next branch | |",
+            "| `c` / `e` (on a message) | copy it / edit and resend | |",
         ]
         with Vertical(classes="dialog -wide -tall", id="help-dialog"):
             yield Markdown("\n".join(rows) + "\n" + ABOUT, id="help-text")
