@@ -74,12 +74,18 @@ class ChatData:
         return self.store.message(message_id)
 
     def branches(self, rows: list[MessageRow]) -> dict[int, tuple[int, int]]:
-        """(index, count) among siblings for each message that has alternatives."""
+        """(index, count) among siblings for each message that has alternatives.
+
+        One query for the whole chat: a sibling lookup per message made long chats slow."""
+        if not rows:
+            return {}
+        by_parent: dict[int | None, list[int]] = {}
+        for message in self.store.messages(rows[0].chat_id):  # oldest first, as siblings()
+            by_parent.setdefault(message.parent_id, []).append(message.id)
         out: dict[int, tuple[int, int]] = {}
         for row in rows:
-            sibs = self.store.siblings(row.id)
-            if len(sibs) > 1:
-                ids = [s.id for s in sibs]
+            ids = by_parent.get(row.parent_id, [row.id])
+            if len(ids) > 1 and row.id in ids:
                 out[row.id] = (ids.index(row.id) + 1, len(ids))
         return out
 

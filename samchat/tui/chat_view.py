@@ -13,7 +13,7 @@ from textual.widgets import Button
 
 from samchat.tui.messages import MessageView
 
-PAGE = 40
+PAGE = 30  # a few screens of messages; more on request
 
 
 class ChatView(VerticalScroll):
