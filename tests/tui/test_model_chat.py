@@ -95,6 +95,9 @@ async def test_stop_keeps_the_partial_reply(
         await send(pilot, app, "Write a long story about a lighthouse keeper.")
         await wait_for(pilot, lambda: app.job is not None and app.job.live.tokens >= 3, 120)
         assert "generating" in str(app.query_one("#status").render())
+        # Streaming: the reply is on screen, and its live figures in the bar, before it ends.
+        assert app.job is not None and app.job.view.content.strip()
+        assert "streaming" in str(app.query_one("#stats-text", Static).render())
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.replies_finished == 1, 60)
         assert app.chat_id is not None
