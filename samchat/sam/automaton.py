@@ -1,15 +1,20 @@
-"""Suffix automata over token ids, on packed i32 arrays.
+"""Suffix automata over token ids, on packed native arrays (librt.vecs).
 
 mypyc compiles this module at install time (see setup.py); the very same source runs interpreted
 as the pure-Python fallback (samchat.sam loads it by path), so both behave identically.
 
-Layout. States are numbered from 0 (the root). Per state: `link` (suffix link), `slen` (length of
-its longest string), `minend` (end position, exclusive, of the first occurrence) and, once counted,
-`cnt` (number of occurrences). While growing, the first edge of a state lives inline
-(`fe_tok`/`fe_dst`: most states have exactly one) and the others in an open-addressing table
-keyed by (state, token) plus a per-state list, so clones can copy them. Freezing replaces the
-edges by a CSR table sorted by token (`off`, `etok`, `edst`), which is also the on-disk layout
-read back by MappedAutomaton through memoryviews over a memory map.
+States are numbered from 0 (the root). While an automaton grows, each state is one 8-field
+record (suffix link, length, first end position, first edge inline - most states have exactly
+one - head of its list of further edges, edge count); further edges live in an open-addressing
+table of [state << 32 | token, target] pairs, listed per state so that clones can copy them.
+`freeze()` counts occurrences (one pass over the link tree in decreasing length) and replaces
+all that by flat arrays, which are also the on-disk layout of an index segment:
+    text, link, slen, minend, cnt   per token / per state (minend: exclusive end of the first
+                                    occurrence; cnt: number of occurrences)
+    off, etok, edst                 edges of state s at [off[s], off[s+1]), sorted by token
+    hub_state, hub_tok, hub_dst     the HUB_K most frequent children of high-fanout states
+Token arrays are int16 (read back as 0..65535) when every id fits. MappedAutomaton reads the
+same arrays in place from a memory map.
 """
 
 import heapq

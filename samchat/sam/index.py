@@ -11,9 +11,13 @@ Segment file (little header + raw arrays, no pickle):
     4 bytes  format version (u32, little-endian)
     4 bytes  header length H (u32)
     4 bytes  crc32 of the header (u32)
-    H bytes  UTF-8 JSON header: fingerprint, separator, byte order, documents, and for every
-             array its name, offset, item count and crc32
-    arrays   native int32, each at an 8-byte aligned offset
+    H bytes  UTF-8 JSON header: fingerprint, separator, byte order, counts, documents
+             (id, serial, start, end), and for every array its name, type, offset, item count
+             and crc32
+    arrays   native-order int32, or uint16 for token arrays when every id fits; each at an
+             8-byte aligned offset (layout: see samchat/sam/automaton.py)
+Opening maps the file and checks sizes and checksums; `warm()` later copies the arrays into the
+process for faster queries.
 """
 
 from __future__ import annotations
