@@ -71,9 +71,12 @@ def _sync(device: torch.device) -> None:
 
 @torch.inference_mode()
 def measure_cost_curve(
-    model: Any, device: torch.device, context: int = 256, reps: int = 3
+    model: Any, device: torch.device, context: int = 256, reps: int = 5
 ) -> CostCurve:
-    """Time forwards of 1, 2, 4 ... 64 new tokens after `context` cached tokens."""
+    """Time forwards of 1, 2, 4 ... 64 new tokens after `context` cached tokens.
+
+    Sizes are interleaved round by round and each keeps its fastest time, so that a burst of
+    load from other processes does not skew one size against the others."""
     from samchat.decoding.kvcache import KVCache, cache_kwarg
 
     kv = KVCache(model)
@@ -82,19 +85,19 @@ def measure_cost_curve(
     gen = torch.Generator().manual_seed(0)
     ctx = torch.randint(0, vocab, (1, context), generator=gen).to(device)
     model(input_ids=ctx, use_cache=True, **{kwarg: kv.cache})
-    times: dict[int, float] = {}
-    for n in (1, *SIZES):  # the first n=1 warms up
-        ids = torch.randint(0, vocab, (1, n), generator=gen).to(device)
-        best = float("inf")
-        for _ in range(reps):
+    inputs = {n: torch.randint(0, vocab, (1, n), generator=gen).to(device) for n in SIZES}
+    best = dict.fromkeys(SIZES, float("inf"))
+    for rnd in range(reps + 1):  # round 0 warms up
+        for n in SIZES:
             _sync(device)
             t0 = time.perf_counter()
-            model(input_ids=ids, use_cache=True, **{kwarg: kv.cache})
+            model(input_ids=inputs[n], use_cache=True, **{kwarg: kv.cache})
             _sync(device)
-            best = min(best, time.perf_counter() - t0)
+            dt = time.perf_counter() - t0
             kv.crop(context)
-        times[n] = best
-    return CostCurve({n: t / times[1] for n, t in times.items()})
+            if rnd > 0:
+                best[n] = min(best[n], dt)
+    return CostCurve({n: t / best[1] for n, t in best.items()})
 
 
 def load_or_measure(
