@@ -25,6 +25,8 @@ DECODING_DEFAULTS: dict[str, Any] = {
     "l_threshold": 5,
     "l_bias": 5,
     "max_draft": 0,
+    "alpha": 4,
+    "static_tree_topk": 0,
 }
 SAMPLING_DEFAULTS: dict[str, Any] = {
     "max_new_tokens": 512,
@@ -87,8 +89,8 @@ def validate_decoding(values: dict[str, Any]) -> dict[str, Any]:
             out[key] = value
         else:
             out[key] = _check_number("decoding", key, value, DECODING_DEFAULTS[key])
-            if out[key] < 0:
-                raise ConfigError(f"config: decoding.{key} must be >= 0")
+            if out[key] < (1 if key == "alpha" else 0):
+                raise ConfigError(f"config: decoding.{key} must be >= {1 if key == 'alpha' else 0}")
     return out
 
 

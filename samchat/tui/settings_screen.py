@@ -23,6 +23,8 @@ HELP = {
     "l_threshold": "shortest suffix match that the SAM drafters trust",
     "l_bias": "match length above which SAM drafts win over Token Recycling",
     "max_draft": "most draft tokens verified per step (0 = fitted to the hardware)",
+    "alpha": "SAM draft length: 1 + alpha × match length (up to max_draft)",
+    "static_tree_topk": "tree drafts from the static index (0 = sequences only)",
     "max_new_tokens": "longest reply",
     "temperature": "0 = greedy (lossless: same text as plain decoding)",
     "top_p": "nucleus sampling mass (1 = off)",

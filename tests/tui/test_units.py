@@ -22,6 +22,7 @@ from samchat.tui.themes import ThemeFileError, load_themes, theme_from_dict
         ({"sampling": {"beam": 4}}, "unknown sampling setting"),
         ({"decoding": {"method": "magic"}}, "decoding.method"),
         ({"decoding": {"max_draft": -1}}, "max_draft"),
+        ({"decoding": {"alpha": 0}}, "alpha must be >= 1"),
         ({"keymap": {"samchat.help": 1}}, "keymap"),
         ({"theme": 3}, "theme"),
     ],
