@@ -100,6 +100,47 @@ def measure_cost_curve(
     return CostCurve({n: t / best[1] for n, t in best.items()})
 
 
+class CostTracker:
+    """Refines a cost curve from the forwards decoding really does: the machine's load changes,
+    and a curve measured once may be off. Keeps an EMA of forward time per input-size bucket."""
+
+    def __init__(self, base: CostCurve, every: int = 32, min_samples: int = 4) -> None:
+        self.base = base
+        self.curve = base
+        self.every = every
+        self.min_samples = min_samples
+        self._ema: dict[int, float] = {}
+        self._count: dict[int, int] = {}
+        self._since = 0
+
+    @staticmethod
+    def _bucket(n_inputs: int) -> int:
+        for s in SIZES:
+            if n_inputs <= s:
+                return s
+        return SIZES[-1]
+
+    def record(self, n_inputs: int, seconds: float) -> bool:
+        """Add one forward; True when the curve was just refreshed."""
+        b = self._bucket(n_inputs)
+        old = self._ema.get(b)
+        self._ema[b] = seconds if old is None else 0.9 * old + 0.1 * seconds
+        self._count[b] = self._count.get(b, 0) + 1
+        self._since += 1
+        if self._since < self.every:
+            return False
+        self._since = 0
+        t1 = self._ema.get(1)
+        if t1 is None or self._count.get(1, 0) < self.min_samples:
+            return False
+        points = {x: self.base.rel(x) for x in self.base.xs}
+        for b2, t in self._ema.items():
+            if b2 > 1 and self._count[b2] >= self.min_samples:
+                points[b2] = t / t1
+        self.curve = CostCurve(points)
+        return True
+
+
 def load_or_measure(
     model: Any, device: torch.device, cache_file: Path, progress: Any = None
 ) -> CostCurve:

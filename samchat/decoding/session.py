@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from samchat.decoding.budget import AcceptanceModel, CostCurve, load_or_measure
+from samchat.decoding.budget import AcceptanceModel, CostCurve, CostTracker, load_or_measure
 from samchat.decoding.drafter import PLAIN, Decision, Drafter, Selector
 from samchat.decoding.events import Event, ReplyDone, ReplyStats, StepStats, TextDelta
 from samchat.decoding.kvcache import KVCache, cache_kwarg
@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 Message = dict[str, str]
 
 PREFILL_CHUNK = 2048
+CALIBRATE_EVERY = 48
 _CURVES: dict[tuple[int, str], CostCurve] = {}
 
 
@@ -81,6 +82,7 @@ class ChatSession:
                 log.info("%s: %s", getattr(lm, "name", "model"), reason)
         self._acceptance = AcceptanceModel()
         self._curve = cost_curve
+        self._tracker: CostTracker | None = None
         self._t1: float | None = None  # one-token forward time (EMA of plain steps)
         self._static_index = static_index
         self._dyn: Drafter | None = None
@@ -329,8 +331,10 @@ class ChatSession:
         watchers = [d for d in drafters if d.wants_logits]
         selector = None
         if drafters:
-            curve = self._curve_for_device()
-            selector = Selector(self.config, curve, self._acceptance, dyn, static, aux)
+            if self._tracker is None:
+                self._tracker = CostTracker(self._curve_for_device())
+            tracker = self._tracker
+            selector = Selector(self.config, tracker.curve, self._acceptance, dyn, static, aux)
             selector.trees_allowed = self.tree_reason is None
 
         sampler = Sampler(params, self._device)
@@ -361,7 +365,9 @@ class ChatSession:
             budget = min(params.max_new_tokens - produced - 1, room - 1)
             tree: DraftTree | None = None
             decision: Decision = PLAIN
-            if selector is not None and budget > 0:
+            # Now and then a plain step keeps the one-token forward time (the cost curve's
+            # unit and speedup_est's baseline) measured under the machine's current load.
+            if selector is not None and budget > 0 and steps % CALIBRATE_EVERY != 1:
                 tree, decision = selector.choose(budget)
             t0 = time.perf_counter()
             try:
@@ -379,6 +385,8 @@ class ChatSession:
                 continue
             forward_s = time.perf_counter() - t0
             steps += 1
+            if selector is not None and tracker.record(len(ids), forward_s):
+                selector.curve = tracker.curve
             if tree is None:
                 forward_plain += forward_s
                 n_plain += 1

@@ -11,6 +11,7 @@ import torch
 from samchat.decoding.budget import (
     AcceptanceModel,
     CostCurve,
+    CostTracker,
     best_sequence_length,
     bucket,
     load_or_measure,
@@ -203,3 +204,17 @@ def test_invalid_settings_are_one_line_errors() -> None:
         DecodingConfig(max_draft=-1).validate()
     with pytest.raises(SamchatError, match="top-p"):
         SamplingParams(top_p=1.5).validate()
+
+
+def test_cost_tracker_refits_the_curve_from_real_forwards() -> None:
+    base = CostCurve({1: 1.0, 8: 1.2, 64: 2.0})
+    tracker = CostTracker(base, every=10, min_samples=3)
+    refreshed = False
+    for i in range(40):  # a loaded machine: 8-token forwards cost 3x a single token
+        refreshed |= tracker.record(1 if i % 2 else 8, 0.1 if i % 2 else 0.3)
+    assert refreshed
+    assert tracker.curve.rel(8) == pytest.approx(3.0, rel=0.05)
+    assert tracker.curve.rel(64) >= tracker.curve.rel(8)  # unobserved sizes: base, monotone
+    only_drafts = CostTracker(base, every=5)
+    assert not any(only_drafts.record(8, 0.3) for _ in range(20))  # no baseline: keep base
+    assert only_drafts.curve is base
