@@ -294,8 +294,14 @@ class StaticIndex:
         self._tail: SuffixAutomaton = impl.SuffixAutomaton()
         self._tail_docs: list[DocSpan] = []
         self._tail_dead: DeadSpans = impl.DeadSpans()
+        # doc id -> serials of its live copies: membership tests stay O(1) as documents pile up
+        # (serials survive flushes and merges, so only add and remove change this map).
+        self._live: dict[str, set[int]] = {}
         for seg in segments:
             self._mark_dead(seg.docs, seg.dead)
+            for d in seg.docs:
+                if d.serial not in removed:
+                    self._live.setdefault(d.doc_id, set()).add(d.serial)
 
     # -- opening ----------------------------------------------------------------------------
 
@@ -381,19 +387,11 @@ class StaticIndex:
 
     # -- documents --------------------------------------------------------------------------
 
-    def _live_spans(self) -> list[tuple[int, DocSpan]]:
-        """(segment number or -1 for the tail, span) of every live document."""
-        out: list[tuple[int, DocSpan]] = []
-        for i, seg in enumerate(self.segments):
-            out.extend((i, d) for d in seg.docs if d.serial not in self.removed)
-        out.extend((-1, d) for d in self._tail_docs if d.serial not in self.removed)
-        return out
-
     def has_document(self, doc_id: str) -> bool:
-        return any(d.doc_id == doc_id for _, d in self._live_spans())
+        return doc_id in self._live
 
     def document_ids(self) -> set[str]:
-        return {d.doc_id for _, d in self._live_spans()}
+        return set(self._live)
 
     def add_document(self, doc_id: str, tokens: Sequence[int]) -> None:
         """Add a document to the in-memory tail (persisted by flush()); replaces a live one."""
@@ -416,10 +414,11 @@ class StaticIndex:
         self._tail.extend_many(toks)
         self._tail.extend(self.separator)
         self._tail_docs.append(DocSpan(doc_id, serial, start, start + len(toks)))
+        self._live.setdefault(doc_id, set()).add(serial)
 
     def remove_document(self, doc_id: str) -> None:
         """Stop drafting from a document at once; its tokens go at the next compaction."""
-        serials = {d.serial for _, d in self._live_spans() if d.doc_id == doc_id}
+        serials = self._live.pop(doc_id, set())
         if not serials:
             return
         self.removed |= serials
@@ -585,7 +584,7 @@ class StaticIndex:
             "tokens": tokens,
             "states": states,
             "segments": len(self.segments),
-            "documents": len(self._live_spans()),
+            "documents": len(self._live),
             "removed": len(self.removed),
             "tail_tokens": self._tail.n_tokens,
             "bytes": disk,
