@@ -327,3 +327,26 @@ def test_bad_inputs_are_one_line_errors(default_lm: Any) -> None:
         list(session.generate([{"text": "hi"}], SamplingParams()))  # type: ignore[list-item]
     with pytest.raises(SamchatError, match="unknown decoding method"):
         ChatSession(default_lm, DecodingConfig(method="magic"))
+
+
+@pytest.mark.parametrize("tree_topk", [0, 3])
+def test_static_index_drafts_a_past_answer(
+    default_lm: Any, plain_reply: tuple[list[int], str], tmp_path: Path, tree_topk: int
+) -> None:
+    """A past chat in the static index: the same question again is drafted from it (as
+    sequences, or as trees of the most frequent continuations), output unchanged."""
+    from samchat.sam.index import StaticIndex
+
+    ids, text = plain_reply
+    index = StaticIndex.open(tmp_path / "index", default_lm.fingerprint, default_lm.eos_ids[0])
+    question = MSG[0]["content"]
+    index.add_document("past", default_lm.tokenizer(question + "\n" + text)["input_ids"])
+    index.add_document("other", default_lm.tokenizer(PASSAGE_RIVER)["input_ids"])
+    index.flush()
+    config = DecodingConfig(method="sam", static_tree_topk=tree_topk)
+    session = ChatSession(default_lm, config, cost_curve=CPU_CURVE)
+    session.static_index = index  # opened after the model, set later
+    got, done, events = _run(session, MSG, SamplingParams(max_new_tokens=48))
+    assert got == ids
+    assert done.stats.accepted_by_drafter.get("static", 0) > 0
+    assert any(e.drafter == "static" and e.accepted > 0 for e in events if isinstance(e, StepStats))
