@@ -15,7 +15,23 @@ from samchat.cli_options import add_data_dir_option, add_model_options, apply_da
 from samchat.errors import SamchatError
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_names() -> set[str]:
+    """Sub-command names, from module names alone (import_ -> import; bench_* -> bench)."""
+    names = {"bench"}
+    for info in pkgutil.iter_modules(commands_pkg.__path__):
+        if not info.name.startswith(("_", "bench_")):
+            names.add(info.name.rstrip("_"))
+    return names
+
+
+def wants_app(argv: Sequence[str]) -> bool:
+    """No sub-command and no help: the app starts, so no command module needs importing
+    (several pull in sqlite-utils, numpy or rich; the TUI must be up in well under a second)."""
+    names = command_names() | {"-h", "--help", "--version"}
+    return not any(arg in names for arg in argv)
+
+
+def build_parser(with_commands: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="samchat",
         description="Chat with a local LLM, sped up losslessly by suffix-automaton drafting.",
@@ -24,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     # The TUI (no sub-command) takes the same model and data options as the commands.
     add_model_options(parser)
     add_data_dir_option(parser)
+    if not with_commands:
+        parser.set_defaults(command=None)
+        return parser
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     bench = sub.add_parser("bench", help="benchmarks (index, decode)")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)
@@ -37,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(with_commands=not wants_app(argv))
     args = parser.parse_args(argv)
     try:
         apply_data_dir(args)

@@ -22,9 +22,9 @@ class CorpusPack:
 
 
 def corpora_dir() -> Path:
-    """Where the packs live: SAMCHAT_CORPORA_DIR, else `corpora/` next to the package."""
+    """Where the packs live: SAMCHAT_CORPORA_DIR, else samchat/corpora/ (package data)."""
     env = os.environ.get("SAMCHAT_CORPORA_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "corpora"
+    return Path(env) if env else Path(__file__).resolve().parents[1] / "corpora"
 
 
 def _load(directory: Path) -> CorpusPack:

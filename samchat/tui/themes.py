@@ -33,12 +33,8 @@ class ThemeFileError(SamchatError):
 
 
 def bundled_theme_dir() -> Path:
-    """themes/ at the project root (the source checkout); package data when installed."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parents[1] / "themes", here / "themes"):
-        if candidate.is_dir():
-            return candidate
-    return here.parents[1] / "themes"
+    """samchat/themes/: package data, so the themes ship in wheels too."""
+    return Path(__file__).resolve().parents[1] / "themes"
 
 
 def user_theme_dir() -> Path:

@@ -30,7 +30,7 @@ def test_import_then_search_and_index(tmp_path: Path) -> None:
     source, query, expect = (
         (LICENSES, "warranty", "GPL-3")
         if LICENSES.is_dir()
-        else (ROOT / "corpora", "automata", "README.md")
+        else (ROOT / "samchat" / "corpora", "automata", "README.md")
     )
     # Symlinks (GPL -> GPL-3) name the same file once.
     n_files = len({p.resolve() for p in source.rglob("*") if p.is_file() and p.name[0] != "."})

@@ -70,3 +70,28 @@ def test_invalid_option_values_are_rejected_by_the_parser() -> None:
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "--temperature" in result.stderr
+
+
+def test_command_names_match_the_registered_sub_commands() -> None:
+    """The app's fast start skips importing command modules: their names must still be known."""
+    import argparse
+
+    from samchat.cli import build_parser, command_names, wants_app
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == command_names()
+    assert wants_app([]) and wants_app(["--model", "some/dir", "--device", "cpu"])
+    assert not wants_app(["search", "warranty"]) and not wants_app(["--help"])
+
+
+def test_app_start_path_imports_no_command_module() -> None:
+    code = (
+        "import sys; from samchat.cli import build_parser, wants_app; "
+        "build_parser(with_commands=not wants_app([])); "
+        "print(sorted(m for m in sys.modules if m.startswith('samchat.commands.') "
+        "or m in ('torch', 'transformers', 'sqlite_utils')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
