@@ -75,8 +75,9 @@ def measure_cost_curve(
 ) -> CostCurve:
     """Time forwards of 1, 2, 4 ... 64 new tokens after `context` cached tokens.
 
-    Sizes are interleaved round by round and each keeps its fastest time, so that a burst of
-    load from other processes does not skew one size against the others."""
+    Sizes are interleaved round by round and each keeps its median time, so that bursts of
+    load from other processes hit all sizes alike (the fastest of a few runs is a lucky draw
+    that flatters single-token forwards most)."""
     from samchat.decoding.kvcache import KVCache, cache_kwarg
 
     kv = KVCache(model)
@@ -86,7 +87,7 @@ def measure_cost_curve(
     ctx = torch.randint(0, vocab, (1, context), generator=gen).to(device)
     model(input_ids=ctx, use_cache=True, **{kwarg: kv.cache})
     inputs = {n: torch.randint(0, vocab, (1, n), generator=gen).to(device) for n in SIZES}
-    best = dict.fromkeys(SIZES, float("inf"))
+    samples: dict[int, list[float]] = {n: [] for n in SIZES}
     for rnd in range(reps + 1):  # round 0 warms up
         for n in SIZES:
             _sync(device)
@@ -96,8 +97,9 @@ def measure_cost_curve(
             dt = time.perf_counter() - t0
             kv.crop(context)
             if rnd > 0:
-                best[n] = min(best[n], dt)
-    return CostCurve({n: t / best[1] for n, t in best.items()})
+                samples[n].append(dt)
+    med = {n: sorted(ts)[len(ts) // 2] for n, ts in samples.items()}
+    return CostCurve({n: t / med[1] for n, t in med.items()})
 
 
 class CostTracker:
