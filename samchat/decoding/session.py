@@ -324,8 +324,6 @@ class ChatSession:
         t_start = time.perf_counter()
         prompt, notice = self._fit(messages, params)
         reused = self.prefill_tokens(prompt)
-        t_decode = time.perf_counter()
-        prefill_s = t_decode - t_start
 
         dyn, static, aux = self._drafters()
         drafters = [d for d in (dyn, static, aux) if d is not None]
@@ -340,6 +338,9 @@ class ChatSession:
             selector = Selector(self.config, tracker.curve, self._acceptance, dyn, static, aux)
             selector.trees_allowed = self.tree_reason is None
 
+        # Setup (drafters, a first cost-curve measurement) counts as prefill, not decoding.
+        t_decode = time.perf_counter()
+        prefill_s = t_decode - t_start
         sampler = Sampler(params, self._device)
         detok = IncrementalDetokenizer(self._tok)
         stopper = StopMatcher(params.stop)
