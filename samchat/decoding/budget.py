@@ -78,21 +78,22 @@ def measure_cost_curve(
     Sizes are interleaved round by round and each keeps its median time, so that bursts of
     load from other processes hit all sizes alike (the fastest of a few runs is a lucky draw
     that flatters single-token forwards most)."""
-    from samchat.decoding.kvcache import KVCache, cache_kwarg
+    from samchat.decoding.forward import ModelForward
+    from samchat.decoding.kvcache import KVCache
 
     kv = KVCache(model)
-    kwarg = cache_kwarg(model)
+    forward = ModelForward(model)  # the same path verification takes
     vocab = int(model.config.vocab_size)
     gen = torch.Generator().manual_seed(0)
     ctx = torch.randint(0, vocab, (1, context), generator=gen).to(device)
-    model(input_ids=ctx, use_cache=True, **{kwarg: kv.cache})
+    forward(ctx, kv.cache, last_only=True)
     inputs = {n: torch.randint(0, vocab, (1, n), generator=gen).to(device) for n in SIZES}
     samples: dict[int, list[float]] = {n: [] for n in SIZES}
     for rnd in range(reps + 1):  # round 0 warms up
         for n in SIZES:
             _sync(device)
             t0 = time.perf_counter()
-            model(input_ids=inputs[n], use_cache=True, **{kwarg: kv.cache})
+            forward(inputs[n], kv.cache)
             _sync(device)
             dt = time.perf_counter() - t0
             kv.crop(context)

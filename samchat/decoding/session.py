@@ -17,7 +17,8 @@ import torch
 from samchat.decoding.budget import AcceptanceModel, CostCurve, CostTracker, load_or_measure
 from samchat.decoding.drafter import PLAIN, Decision, Drafter, Selector
 from samchat.decoding.events import Event, ReplyDone, ReplyStats, StepStats, TextDelta
-from samchat.decoding.kvcache import KVCache, cache_kwarg
+from samchat.decoding.forward import ModelForward
+from samchat.decoding.kvcache import KVCache
 from samchat.decoding.params import DecodingConfig, SamplingParams
 from samchat.decoding.sampling import Sampler
 from samchat.decoding.textstream import IncrementalDetokenizer, StopMatcher
@@ -59,10 +60,7 @@ class ChatSession:
         self._device: torch.device = lm.device
         self._eos = frozenset(int(i) for i in lm.eos_ids)
         self._kv = KVCache(self._model)
-        self._kwarg = cache_kwarg(self._model)
-        import inspect
-
-        self._logits_to_keep = "logits_to_keep" in inspect.signature(self._model.forward).parameters
+        self._fwd = ModelForward(self._model)
         self._cached: list[int] = []  # the tokens whose keys/values the cache holds, in order
         limit: Any = getattr(lm, "context_limit", None)
         if limit is None:
@@ -165,17 +163,8 @@ class ChatSession:
         pos: torch.Tensor | None = None,
         last_only: bool = False,
     ) -> torch.Tensor:
-        kwargs: dict[str, Any] = {self._kwarg: self._kv.cache, "use_cache": True}
-        if mask is not None:
-            kwargs["attention_mask"] = mask
-        if pos is not None:
-            kwargs["position_ids"] = pos
-        if last_only and self._logits_to_keep:
-            kwargs["logits_to_keep"] = 1
         inp = torch.tensor([ids], dtype=torch.long, device=self._device)
-        out = self._model(input_ids=inp, **kwargs)
-        logits: torch.Tensor = out.logits[0]
-        return logits
+        return self._fwd(inp, self._kv.cache, mask, pos, last_only)
 
     def _restore(self) -> None:
         """After a failed forward the layers may hold different row counts: cut them back."""

@@ -1,0 +1,69 @@
+"""One model forward over new tokens with the KV cache, giving logits for every new position.
+
+Verifying a draft needs logits at every draft position, and on a CPU the output projection
+(vocab x hidden, e.g. 49152 x 576) dominates: h @ W^T for a handful of rows runs as a GEMM that
+is ~2x slower than W @ h^T, which streams the weight matrix once. For plain Llama-style heads
+(a bias-free Linear, no logit scaling or soft-capping) samchat computes multi-row logits as
+W @ h^T; single rows keep the model's own path, exactly what plain decoding runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from samchat.decoding.kvcache import cache_kwarg
+
+_PLAIN_HEADS = frozenset(
+    {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
+)
+
+
+class ModelForward:
+    def __init__(self, model: Any) -> None:
+        import inspect
+
+        self.model = model
+        self.kwarg = cache_kwarg(model)
+        self.logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        head = model.get_output_embeddings()
+        decoder: Any = getattr(model, "model", None)
+        cfg = model.config
+        self.fast = bool(
+            type(model).__name__ in _PLAIN_HEADS
+            and isinstance(head, torch.nn.Linear)
+            and head.bias is None
+            and decoder is not None
+            and not getattr(cfg, "final_logit_softcapping", None)
+            and not getattr(cfg, "logit_scale", None)
+        )
+        if self.fast:
+            self.decoder = decoder
+            self.decoder_kwarg = cache_kwarg(decoder)
+            self.weight: torch.Tensor = head.weight
+
+    def __call__(
+        self,
+        ids: torch.Tensor,
+        cache: Any,
+        mask: torch.Tensor | None = None,
+        pos: torch.Tensor | None = None,
+        last_only: bool = False,
+    ) -> torch.Tensor:
+        """Logits (n, vocab) for ids (1, n); with last_only, (1, vocab) when supported."""
+        kwargs: dict[str, Any] = {"use_cache": True}
+        if mask is not None:
+            kwargs["attention_mask"] = mask
+        if pos is not None:
+            kwargs["position_ids"] = pos
+        n = ids.shape[1]
+        if self.fast and n > 1 and not last_only:
+            kwargs[self.decoder_kwarg] = cache
+            hidden = self.decoder(input_ids=ids, **kwargs).last_hidden_state[0]
+            return torch.mm(self.weight, hidden.t()).t().contiguous()
+        kwargs[self.kwarg] = cache
+        if last_only and self.logits_to_keep:
+            kwargs["logits_to_keep"] = 1
+        logits: torch.Tensor = self.model(input_ids=ids, **kwargs).logits[0]
+        return logits
