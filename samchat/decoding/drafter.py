@@ -41,6 +41,9 @@ class Drafter(ABC):
     def observe(self, input_ids: Sequence[int], logits: Any) -> None:  # noqa: B027
         """Every verification forward: input ids and their logits (n, vocab). Optional."""
 
+    def feedback(self, accepted: int) -> None:  # noqa: B027
+        """How many tokens of this drafter's last proposal the model accepted."""
+
     def finish(self) -> None:  # noqa: B027
         """The reply ended (a drafter may persist what it learned)."""
 
@@ -177,3 +180,5 @@ class Selector:
     def feedback(self, decision: Decision, accepted: int) -> None:
         if decision.drafter in ("dyn", "static") and decision.size > 0:
             self.acceptance.update(decision.drafter, decision.match_len, decision.size, accepted)
+        elif self.aux is not None and decision.drafter == self.aux.name:
+            self.aux.feedback(accepted)

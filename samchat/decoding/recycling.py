@@ -80,6 +80,11 @@ class TokenRecyclingDrafter(Drafter):
         self.seen = _PRIOR_WEIGHT
         self._dirty = False
         self._last = -1
+        # Realised / predicted accepted tokens: corrects the independence assumption of the
+        # rank-rate model (it is optimistic for deep paths), smoothed by a prior of 1.
+        self._actual = 8.0
+        self._predicted = 8.0
+        self._pending_prediction = 0.0
         self._refresh()
 
     @classmethod
@@ -144,7 +149,15 @@ class TokenRecyclingDrafter(Drafter):
         size = max((s for s in SIZES if s <= max_nodes), default=0)
         if size == 0 or self._last < 0 or self.adj[self._last, 0] < 0:
             return 0.0
-        return self._expected[size]
+        return self._expected[size] * self.calibration
+
+    @property
+    def calibration(self) -> float:
+        return self._actual / self._predicted
+
+    def feedback(self, accepted: int) -> None:
+        self._actual = 0.98 * self._actual + accepted
+        self._predicted = 0.98 * self._predicted + self._pending_prediction
 
     # -- the drafter --------------------------------------------------------------------------
 
@@ -160,6 +173,7 @@ class TokenRecyclingDrafter(Drafter):
         size = max((s for s in SIZES if s <= max_nodes), default=0)
         if size == 0 or self._last < 0:
             return None
+        self._pending_prediction = self._expected[size]
         adj = self.adj
         tokens: list[int] = []
         parents: list[int] = []

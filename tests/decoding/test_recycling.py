@@ -87,3 +87,17 @@ def test_table_persists_and_bad_files_are_ignored(tmp_path: Path) -> None:
     assert (TokenRecyclingDrafter(30, k=3, path=path).adj == -1).all()
     path.write_bytes(b"not a numpy file")
     assert (TokenRecyclingDrafter(30, k=3, path=path).adj == -1).all()
+
+
+def test_realised_acceptance_corrects_the_prediction() -> None:
+    vocab = 40
+    d = TokenRecyclingDrafter(vocab, k=4)
+    logits = torch.arange(vocab, dtype=torch.float32).repeat(vocab, 1)
+    d.observe(list(range(vocab)), logits)  # every token has candidates
+    d.begin([1, 2])
+    before = d.expected_accepted(16)
+    assert before > 0
+    for _ in range(100):
+        assert d.propose(16) is not None
+        d.feedback(0)  # the model never accepts these trees
+    assert d.expected_accepted(16) < before / 5
