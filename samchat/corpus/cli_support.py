@@ -18,6 +18,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from samchat.cli_options import add_data_dir_option
 from samchat.corpus.indexing import IndexManager, tokenizer_codec
 from samchat.store import Store
 
@@ -25,13 +26,8 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 out_console = Console(highlight=False, soft_wrap=True)
 
 
-def add_data_dir(parser: argparse.ArgumentParser) -> None:
-    # SUPPRESS: an absent sub-command option must not overwrite `samchat --data-dir X cmd`.
-    parser.add_argument(
-        "--data-dir",
-        default=argparse.SUPPRESS,
-        help="where chats, documents and the index live (env SAMCHAT_DATA_DIR)",
-    )
+# One --data-dir option for every command (SUPPRESS default: `samchat --data-dir X cmd` works).
+add_data_dir = add_data_dir_option
 
 
 def add_model(parser: argparse.ArgumentParser) -> None:
