@@ -4,7 +4,8 @@ Verifying a draft needs logits at every draft position, and on a CPU the output 
 (vocab x hidden, e.g. 49152 x 576) dominates: h @ W^T for a handful of rows runs as a GEMM that
 is ~2x slower than W @ h^T, which streams the weight matrix once. For plain Llama-style heads
 (a bias-free Linear, no logit scaling or soft-capping) samchat computes multi-row logits as
-W @ h^T; single rows keep the model's own path, exactly what plain decoding runs.
+W @ h^T; single rows keep the model's own path, exactly what plain decoding runs. On a CPU the
+decoder's own linears and attention get the same treatment (see fastpath.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import torch
 
+from samchat.decoding import fastpath
 from samchat.decoding.kvcache import cache_kwarg
 
 _PLAIN_HEADS = frozenset(
@@ -38,6 +40,8 @@ class ModelForward:
             and not getattr(cfg, "final_logit_softcapping", None)
             and not getattr(cfg, "logit_scale", None)
         )
+        device = next(model.parameters()).device
+        self.patched = self.fast and fastpath.install(model, device)
         if self.fast:
             self.decoder = decoder
             self.decoder_kwarg = cache_kwarg(decoder)
@@ -60,7 +64,8 @@ class ModelForward:
         n = ids.shape[1]
         if self.fast and n > 1 and not last_only:
             kwargs[self.decoder_kwarg] = cache
-            hidden = self.decoder(input_ids=ids, **kwargs).last_hidden_state[0]
+            with fastpath.verifying():
+                hidden = self.decoder(input_ids=ids, **kwargs).last_hidden_state[0]
             return torch.mm(self.weight, hidden.t()).t().contiguous()
         kwargs[self.kwarg] = cache
         if last_only and self.logits_to_keep:

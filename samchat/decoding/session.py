@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from samchat.decoding import fastpath
 from samchat.decoding.budget import AcceptanceModel, CostCurve, CostTracker, load_or_measure
 from samchat.decoding.drafter import PLAIN, Decision, Drafter, Selector
 from samchat.decoding.events import Event, ReplyDone, ReplyStats, StepStats, TextDelta
@@ -73,7 +74,7 @@ class ChatSession:
         impl = str(getattr(self._model.config, "_attn_implementation", None) or "eager")
         if not self._kv.compactable:
             self.plain_reason = "its KV cache layers (sliding window or other) cannot be compacted"
-        elif impl not in ("eager", "sdpa"):
+        elif impl not in ("eager", "sdpa", fastpath.ATTN_NAME):
             self.tree_reason = f"attention implementation {impl!r} takes no 4D tree mask"
         for reason in (self.plain_reason, self.tree_reason):
             if reason:

@@ -1,0 +1,101 @@
+"""The CPU fast path for multi-token verification forwards: same results as the model's own
+kernels up to float rounding, and untouched single-token (plain) forwards."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from samchat.decoding import fastpath
+from samchat.decoding.forward import ModelForward
+from samchat.decoding.kvcache import KVCache, cache_kwarg
+from samchat.decoding.tree import DraftTree
+from tests.decoding.conftest import make_tiny_llama
+
+
+def _stock_logits(model: Any, ids: torch.Tensor, cache: Any, mask: Any, pos: Any) -> torch.Tensor:
+    kwargs: dict[str, Any] = {"use_cache": True, cache_kwarg(model): cache}
+    if mask is not None:
+        kwargs["attention_mask"] = mask
+        kwargs["position_ids"] = pos
+    logits: torch.Tensor = model(input_ids=ids, **kwargs).logits[0]
+    return logits
+
+
+def _compare(model: Any, prefix: list[int], tree: DraftTree, atol: float) -> None:
+    forward = ModelForward(model)
+    assert forward.patched
+    n = len(prefix)
+    kv = KVCache(model)
+    with torch.inference_mode():
+        forward(torch.tensor([prefix]), kv.cache, last_only=True)
+        ids = torch.tensor([[prefix[-1], *tree.tokens]])
+        mask = pos = None
+        if not tree.is_sequence:
+            lay = tree.layout()
+            mask = lay.attention_mask(n, torch.float32, torch.device("cpu"))
+            pos = lay.position_ids(n, torch.device("cpu"))
+        fast = forward(ids, kv.cache, mask, pos)
+        kv.crop(n)
+        assert not fastpath.active()
+        stock = _stock_logits(model, ids, kv.cache, mask, pos)
+    assert fast.shape == stock.shape
+    assert torch.allclose(fast, stock, atol=atol, rtol=0)
+    assert torch.equal(fast.argmax(-1), stock.argmax(-1))
+
+
+@pytest.mark.parametrize("kind", ["sequence", "tree"])
+def test_fast_verification_matches_stock_kernels_on_a_gqa_model(kind: str) -> None:
+    model = make_tiny_llama()
+    assert model.config.num_key_value_heads < model.config.num_attention_heads
+    if kind == "sequence":
+        tree = DraftTree.sequence([5, 6, 7, 8, 9, 10, 11], "t")
+    else:  # two branches under the root and a grandchild
+        tree = DraftTree([5, 6, 7, 8, 9], [-1, -1, 0, 0, 2], "t")
+    _compare(model, list(range(3, 40)), tree, atol=1e-4)
+    assert model.config._attn_implementation == fastpath.ATTN_NAME
+
+
+def test_plain_single_token_forwards_keep_the_models_own_kernels() -> None:
+    model = make_tiny_llama()
+    forward = ModelForward(model)
+    kv = KVCache(model)
+    ids = torch.tensor([[7]])
+    with torch.inference_mode():
+        forward(torch.tensor([list(range(3, 20))]), kv.cache, last_only=True)
+        with fastpath.verifying():
+            inside = forward(ids, kv.cache)
+        kv.crop(17)
+        outside = _stock_logits(model, ids, kv.cache, None, None)
+    assert torch.equal(inside, outside)  # bit for bit: plain decoding is the reference
+
+
+def test_verifying_flag_is_scoped_and_survives_errors() -> None:
+    assert not fastpath.active()
+    with pytest.raises(RuntimeError), fastpath.verifying():
+        assert fastpath.active()
+        raise RuntimeError("boom")
+    assert not fastpath.active()
+
+
+def test_no_patching_off_cpu_and_installing_twice_is_harmless() -> None:
+    model = make_tiny_llama()
+    assert not fastpath.install(model, torch.device("cuda"))
+    assert model.config._attn_implementation == "sdpa"
+    assert fastpath.install(model, torch.device("cpu"))
+    assert fastpath.install(model, torch.device("cpu"))
+    eager = make_tiny_llama(attn="eager")
+    assert fastpath.install(eager, torch.device("cpu"))
+    assert eager.config._attn_implementation == "eager"  # only sdpa attention is replaced
+
+
+@pytest.mark.model
+def test_fast_verification_matches_stock_kernels_on_the_default_model(default_lm: Any) -> None:
+    tok = default_lm.tokenizer
+    prefix = tok("The quick brown fox jumps over the lazy dog. " * 6)["input_ids"]
+    draft = tok(" The quick brown fox jumps over the lazy cat")["input_ids"]
+    _compare(default_lm.model, prefix, DraftTree.sequence(draft, "t"), atol=2e-3)
+    tree = DraftTree(draft[:6], [-1, 0, 1, -1, 3, 3], "t")
+    _compare(default_lm.model, prefix, tree, atol=2e-3)
