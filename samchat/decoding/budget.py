@@ -17,7 +17,11 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SIZES = (1, 2, 4, 8, 16, 32, 48, 64)
+SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+# Bumped when the verification forward changes, so cached curves of the old path are re-measured.
+CURVE_VERSION = 2
+# A cached curve above this at 4 inputs was measured under heavy load: measure again.
+_PLAUSIBLE_REL4 = 3.0
 # Measured on the reference 2-core CPU with the default model (ENVIRONMENT.md).
 DEFAULT_CPU = {1: 1.0, 2: 1.25, 4: 1.3, 8: 1.6, 16: 1.6, 32: 2.0, 48: 2.4, 64: 2.9}
 DEFAULT_GPU = {1: 1.0, 16: 1.02, 32: 1.05, 64: 1.15}
@@ -28,9 +32,9 @@ class CostCurve:
 
     def __init__(self, points: dict[int, float]) -> None:
         xs = sorted(points)
-        ys: list[float] = []
-        for x in xs:  # a longer input never costs less
-            ys.append(max(points[x], ys[-1] if ys else 0.0))
+        # Not forced monotone: on a CPU some sizes really are cheaper than smaller ones (the
+        # BLAS kernel a shape gets), and the choosers weigh every size against its own cost.
+        ys = [points[x] for x in xs]
         base = ys[0] if xs[0] == 1 else 1.0
         self.xs = xs
         self.ys = [y / base for y in ys]
@@ -136,10 +140,21 @@ class CostTracker:
         t1 = self._ema.get(1)
         if t1 is None or self._count.get(1, 0) < self.min_samples:
             return False
-        points = {x: self.base.rel(x) for x in self.base.xs}
-        for b2, t in self._ema.items():
-            if b2 > 1 and self._count[b2] >= self.min_samples:
-                points[b2] = t / t1
+        seen = {
+            b2: t / t1
+            for b2, t in self._ema.items()
+            if b2 > 1 and self._count[b2] >= self.min_samples
+        }
+        points: dict[int, float] = {1: 1.0}
+        factor = 1.0  # how much dearer than the base the nearest smaller observed size ran
+        for x in sorted(set(self.base.xs) | set(seen)):
+            if x in seen:
+                points[x] = seen[x]
+                factor = seen[x] / self.base.rel(x)
+            elif x > 1:
+                # Unobserved: the base, scaled up like its observed neighbour, so load that
+                # slows observed drafts never makes unobserved bigger ones look cheaper.
+                points[x] = self.base.rel(x) * max(1.0, factor)
         self.curve = CostCurve(points)
         return True
 
@@ -150,15 +165,22 @@ def load_or_measure(
     """The cached curve for this model and device, measured once if missing or unreadable."""
     try:
         data = json.loads(cache_file.read_text())
-        return CostCurve({int(k): float(v) for k, v in data["relative_cost"].items()})
-    except (OSError, ValueError, KeyError, TypeError):
+        if data.get("version") == CURVE_VERSION:
+            curve = CostCurve({int(k): float(v) for k, v in data["relative_cost"].items()})
+            if curve.rel(4) <= _PLAUSIBLE_REL4:
+                return curve
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
     if progress is not None:
         progress("measuring verification cost on this device")
     curve = measure_cost_curve(model, device)
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"device": str(device), "relative_cost": curve.to_dict()}
+        payload = {
+            "version": CURVE_VERSION,
+            "device": str(device),
+            "relative_cost": curve.to_dict(),
+        }
         cache_file.write_text(json.dumps(payload, indent=1))
     except OSError as exc:  # a read-only cache only costs a re-measure next time
         log.warning("could not save the cost curve to %s: %s", cache_file, exc)
