@@ -68,3 +68,24 @@ def test_bench_decode_writes_table_json_and_chart(tmp_path: Path, default_lm: ob
         assert overall["identical"] == 2
     assert data["plain"]["overall"]["speedup_vs_plain"] == 1.0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_decode_warm_up_table_reuses_plain_runs(tmp_path: Path, default_lm: object) -> None:
+    questions = write_questions(tmp_path / "q.jsonl")
+    out = tmp_path / "bench.json"
+    code = main(
+        [
+            "bench", "decode", "--questions", str(questions), "--methods", "sam+tr",
+            "--per-category", "1", "--max-new-tokens", "12", "--warm-chats", "1",
+            "--warm-methods", "sam+tr", "--json", str(out), "--png", str(tmp_path / "c.png"),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads(out.read_text())
+    # Warm-up takes the first question of each category; the evaluated one is the next qa one.
+    assert set(data["sam+tr"]) == {"qa", "overall"}
+    warm = data["warm"]
+    assert set(warm) == {"plain", "sam+tr"}
+    assert warm["plain"] == data["plain"]  # plain reads no index: its runs are reused
+    assert warm["sam+tr"]["overall"]["identical"] == 1
+    assert (tmp_path / "c-warm.png").read_bytes()[:4] == b"\x89PNG"
