@@ -160,6 +160,8 @@ class DecodeBench:
         max_new_tokens: int,
         index_dir: Path | None = None,
         progress: Progress | None = None,
+        max_draft: int = 0,
+        adaptive: bool = True,
     ) -> None:
         from samchat.decoding import ChatSession, DecodingConfig, SamplingParams
 
@@ -170,7 +172,11 @@ class DecodeBench:
         self._tmp = tempfile.TemporaryDirectory(prefix="samchat-bench-")
         self.index = self._open_index(index_dir or Path(self._tmp.name) / "index")
         self.sessions = {
-            m: ChatSession(lm, DecodingConfig(method=m), static_index=self.index)
+            m: ChatSession(
+                lm,
+                DecodingConfig(method=m, max_draft=max_draft, adaptive=adaptive),
+                static_index=self.index,
+            )
             for m in methods
             if m != "pld"
         }

@@ -32,6 +32,20 @@ def register_bench(sub: Any) -> None:
         help="methods to evaluate again after the warm-up (default: all of --methods); "
         "unless plain is named, the warm table compares against the runs of plain before it",
     )
+    parser.add_argument(
+        "--max-draft",
+        type=int,
+        default=0,
+        help="largest draft in tokens (default 0: fitted to the hardware)",
+    )
+    parser.add_argument(
+        "--selection",
+        choices=("adaptive", "threshold"),
+        default="adaptive",
+        help="adaptive: source and size by expected tokens per unit of cost (default); "
+        "threshold: SAM-Decoding's rule, the SAM draft on a long match, else the biggest "
+        "Token Recycling tree that fits --max-draft",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     parser.add_argument("--png", type=Path, default=None, help="chart of speedup by category")
     add_model_options(parser)
@@ -61,8 +75,17 @@ def run(args: argparse.Namespace) -> int:
     path = args.questions or default_questions_path()
     questions = load_questions(path)
     evaluated = pick(questions, args.per_category, skip=args.warm_chats)
+    if args.max_draft < 0:
+        raise SamchatError(f"--max-draft must be >= 0, got {args.max_draft}")
     lm = load_model(spec_from_args(args), progress=say)
-    bench = DecodeBench(lm, methods, args.max_new_tokens, progress=say)
+    bench = DecodeBench(
+        lm,
+        methods,
+        args.max_new_tokens,
+        progress=say,
+        max_draft=args.max_draft,
+        adaptive=args.selection == "adaptive",
+    )
     output: dict[str, Any] = {
         "meta": {
             "model": lm.name,
@@ -73,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
             "per_category": args.per_category,
             "max_new_tokens": args.max_new_tokens,
             "warm_chats": args.warm_chats,
+            "max_draft": args.max_draft,
+            "selection": args.selection,
             "command": "samchat " + " ".join(sys.argv[1:]),
         }
     }

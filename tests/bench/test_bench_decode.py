@@ -45,6 +45,18 @@ def test_bad_inputs_are_clear_errors(tmp_path: Path) -> None:
     assert parse_methods("sam+tr") == ("plain", "sam+tr")
 
 
+def test_bad_command_line_values_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    questions = write_questions(tmp_path / "q.jsonl")
+    base = ["bench", "decode", "--questions", str(questions)]
+    assert main([*base, "--max-draft", "-1"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "--max-draft must be >= 0" in err and len(err.splitlines()) == 1
+    assert main([*base, "--methods", "sam", "--warm-methods", "tr"]) != 0
+    assert "subset of --methods" in capsys.readouterr().err
+
+
 def test_bench_decode_writes_table_json_and_chart(tmp_path: Path, default_lm: object) -> None:
     questions = write_questions(tmp_path / "q.jsonl")
     out = tmp_path / "bench.json"
