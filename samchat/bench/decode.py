@@ -150,6 +150,18 @@ def parse_methods(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(("plain", *methods)))  # plain is the yardstick, always run
 
 
+def warm_plan(methods: tuple[str, ...], warm_arg: str | None) -> tuple[tuple[str, ...], bool]:
+    """The methods evaluated after the warm-up (plain first) and whether plain runs again:
+    only when --warm-methods names it, or is not given (plain decoding reads no index)."""
+    if not warm_arg:
+        return methods, True
+    warm = parse_methods(warm_arg)
+    if not set(warm) <= set(methods):
+        raise SamchatError("--warm-methods must be a subset of --methods")
+    named = {m.strip() for m in warm_arg.split(",")}
+    return warm, "plain" in named
+
+
 class DecodeBench:
     """Holds the model, one chat session per method and a private static index."""
 

@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         parse_methods,
         pick,
         plot,
+        warm_plan,
     )
     from samchat.models import load_model
 
@@ -68,10 +69,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
     methods = parse_methods(args.methods)
-    warm_methods = parse_methods(args.warm_methods) if args.warm_methods else methods
-    rerun_plain = not args.warm_methods or "plain" in args.warm_methods.split(",")
-    if not set(warm_methods) <= set(methods):
-        raise SamchatError("--warm-methods must be a subset of --methods")
+    warm_methods, rerun_plain = warm_plan(methods, args.warm_methods)
     path = args.questions or default_questions_path()
     questions = load_questions(path)
     evaluated = pick(questions, args.per_category, skip=args.warm_chats)

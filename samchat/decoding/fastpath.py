@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 ATTN_NAME = "samchat_sdpa"
 MAX_ROWS = 64  # larger inputs (prefill chunks) keep the stock kernels
@@ -65,8 +66,6 @@ def _attention(
     is_causal: bool | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     rep = int(getattr(module, "num_key_value_groups", 1))
     b, heads, n, dim = query.shape
     plain = (
@@ -78,17 +77,17 @@ def _attention(
         or dropout != 0.0
         or kwargs.get("position_bias") is not None
         or kwargs.get("softcap") is not None
-        or (attention_mask is not None and attention_mask.shape[1] != 1)
+        # No mask means an empty cache (stock code crops keys for it); per-head or broadcast
+        # masks do not stack by group.
+        or attention_mask is None
+        or attention_mask.shape[1] != 1
+        or attention_mask.shape[-2] != n
     )
-    if plain:
+    if plain or attention_mask is None:  # (the second test only narrows the type)
         out: tuple[torch.Tensor, None] = sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
         )
         return out
-    total = key.shape[2]
-    if attention_mask is None:  # causal over the cache, aligned to its end
-        rows = torch.arange(n, device=query.device)[:, None] + (total - n)
-        attention_mask = (torch.arange(total, device=query.device)[None, :] <= rows)[None, None]
     # Heads h = g * rep + r share key/value head g: stack the rep query heads of a group as
     # rep * n query rows, each group attending to its own key/value head, with no copies.
     q = query.reshape(1, heads // rep, rep * n, dim)
@@ -122,7 +121,8 @@ def install(model: Any, device: torch.device) -> bool:
     if not isinstance(decoder, torch.nn.Module):
         return False
     for mod in decoder.modules():
-        if type(mod) is torch.nn.Linear:  # not quantised or otherwise specialised subclasses
+        # Not quantised or other Linear subclasses, nor layers wrapped by accelerate's hooks.
+        if type(mod) is torch.nn.Linear and not hasattr(mod, "_hf_hook"):
             mod.forward = types.MethodType(_linear_forward, mod)  # type: ignore[method-assign]
     config = model.config
     if getattr(config, "_attn_implementation", None) == "sdpa":

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from samchat.bench.decode import load_questions, parse_methods, pick
+from samchat.bench.decode import load_questions, parse_methods, pick, warm_plan
 from samchat.cli import main
 from samchat.errors import SamchatError
 
@@ -43,6 +43,16 @@ def test_bad_inputs_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(SamchatError, match="unknown method"):
         parse_methods("plain,fast")
     assert parse_methods("sam+tr") == ("plain", "sam+tr")
+
+
+def test_warm_plan_reruns_plain_only_when_named() -> None:
+    methods = parse_methods("pld,sam+tr")
+    assert warm_plan(methods, None) == (methods, True)
+    assert warm_plan(methods, "sam+tr") == (("plain", "sam+tr"), False)
+    assert warm_plan(methods, "sam+tr, plain") == (("plain", "sam+tr"), True)
+    assert warm_plan(methods, " plain ") == (("plain",), True)
+    with pytest.raises(SamchatError, match="subset"):
+        warm_plan(methods, "tr")
 
 
 def test_bad_command_line_values_are_one_line_errors(

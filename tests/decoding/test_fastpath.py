@@ -3,6 +3,7 @@ kernels up to float rounding, and untouched single-token (plain) forwards."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -24,7 +25,34 @@ def _stock_logits(model: Any, ids: torch.Tensor, cache: Any, mask: Any, pos: Any
     return logits
 
 
-def _compare(model: Any, prefix: list[int], tree: DraftTree, atol: float) -> None:
+class _Spy:
+    """Counts what the fast path is for: no packed-GEMM linears, grouped attention calls."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.linear_rows: list[int] = []
+        self.attn_queries: list[tuple[int, ...]] = []
+        linear = torch.nn.functional.linear
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+
+        def spy_linear(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+            self.linear_rows.append(int(x.shape[-2]) if x.dim() > 1 else 1)
+            return linear(x, *args, **kwargs)
+
+        def spy_sdpa(q: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+            self.attn_queries.append(tuple(q.shape))
+            return sdpa(q, *args, **kwargs)
+
+        monkeypatch.setattr(torch.nn.functional, "linear", spy_linear)
+        monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy_sdpa)
+
+
+def _compare(
+    model: Any,
+    prefix: list[int],
+    tree: DraftTree,
+    atol: float,
+    monkeypatch: pytest.MonkeyPatch | None = None,
+) -> None:
     forward = ModelForward(model)
     assert forward.patched
     n = len(prefix)
@@ -37,7 +65,18 @@ def _compare(model: Any, prefix: list[int], tree: DraftTree, atol: float) -> Non
             lay = tree.layout()
             mask = lay.attention_mask(n, torch.float32, torch.device("cpu"))
             pos = lay.position_ids(n, torch.device("cpu"))
+        spy = _Spy(monkeypatch) if monkeypatch is not None else None
         fast = forward(ids, kv.cache, mask, pos)
+        if spy is not None and monkeypatch is not None:
+            rows = ids.shape[1]
+            cfg = model.config
+            groups = cfg.num_attention_heads // cfg.num_key_value_heads
+            assert spy.linear_rows == []  # every linear ran as W @ x^T
+            assert len(spy.attn_queries) == cfg.num_hidden_layers
+            grouped = (1, cfg.num_key_value_heads, groups * rows)
+            expect = grouped if groups > 1 else (1, cfg.num_attention_heads, rows)
+            assert all(q[:3] == expect for q in spy.attn_queries)
+            monkeypatch.undo()
         kv.crop(n)
         assert not fastpath.active()
         stock = _stock_logits(model, ids, kv.cache, mask, pos)
@@ -47,15 +86,35 @@ def _compare(model: Any, prefix: list[int], tree: DraftTree, atol: float) -> Non
 
 
 @pytest.mark.parametrize("kind", ["sequence", "tree"])
-def test_fast_verification_matches_stock_kernels_on_a_gqa_model(kind: str) -> None:
+def test_fast_verification_matches_stock_kernels_on_a_gqa_model(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model = make_tiny_llama()
     assert model.config.num_key_value_heads < model.config.num_attention_heads
     if kind == "sequence":
         tree = DraftTree.sequence([5, 6, 7, 8, 9, 10, 11], "t")
     else:  # two branches under the root and a grandchild
         tree = DraftTree([5, 6, 7, 8, 9], [-1, -1, 0, 0, 2], "t")
-    _compare(model, list(range(3, 40)), tree, atol=1e-4)
+    _compare(model, list(range(3, 40)), tree, atol=1e-4, monkeypatch=monkeypatch)
     assert model.config._attn_implementation == fastpath.ATTN_NAME
+
+
+def test_fast_verification_without_grouped_heads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(1)
+    config = LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        attn_implementation="sdpa",
+    )
+    model = LlamaForCausalLM(config).eval()
+    tree = DraftTree([5, 6, 7, 8], [-1, 0, -1, 2], "t")
+    _compare(model, list(range(3, 30)), tree, atol=1e-4, monkeypatch=monkeypatch)
 
 
 def test_plain_single_token_forwards_keep_the_models_own_kernels() -> None:
@@ -78,6 +137,16 @@ def test_verifying_flag_is_scoped_and_survives_errors() -> None:
         assert fastpath.active()
         raise RuntimeError("boom")
     assert not fastpath.active()
+
+
+def test_verifying_flag_is_per_thread() -> None:
+    seen: list[bool] = []
+    with fastpath.verifying():
+        worker = threading.Thread(target=lambda: seen.append(fastpath.active()))
+        worker.start()
+        worker.join()
+        assert fastpath.active()
+    assert seen == [False]  # another thread (e.g. transformers' generate) keeps stock kernels
 
 
 def test_no_patching_off_cpu_and_installing_twice_is_harmless() -> None:

@@ -11,6 +11,7 @@ import torch
 
 from samchat.decoding.budget import (
     CURVE_VERSION,
+    SIZES,
     AcceptanceModel,
     CostCurve,
     CostTracker,
@@ -71,6 +72,12 @@ def test_cost_curve_interpolates_between_measured_points() -> None:
     assert curve.rel(32) > curve.rel(16)  # extrapolated beyond the last point
 
 
+def test_cost_curve_never_falls_beyond_its_last_point() -> None:
+    curve = CostCurve({1: 1.0, 48: 2.4, 64: 2.2})  # a dip between the last two points
+    assert curve.rel(64) == pytest.approx(2.2)
+    assert curve.rel(200) == pytest.approx(2.2)
+
+
 def test_measured_curve_is_cached(tmp_path: Any) -> None:
     from tests.decoding.conftest import make_tiny_llama
 
@@ -78,7 +85,8 @@ def test_measured_curve_is_cached(tmp_path: Any) -> None:
     torch.set_num_threads(1)
     try:
         measured = measure_cost_curve(model, torch.device("cpu"), context=32, reps=1)
-        assert measured.rel(1) == 1.0 and measured.rel(64) >= 1.0
+        # Tiny-model timings are noise: only the shape of the result is certain.
+        assert measured.rel(1) == 1.0 and min(measured.ys) > 0 and measured.xs == list(SIZES)
         path = tmp_path / "curve.json"
         first = load_or_measure(model, torch.device("cpu"), path)
         assert path.exists()
@@ -91,6 +99,9 @@ def test_measured_curve_is_cached(tmp_path: Any) -> None:
         path.write_text(cached % (CURVE_VERSION, "6.0"))
         assert load_or_measure(model, torch.device("cpu"), path).xs == first.xs
         assert json.loads(path.read_text())["version"] == CURVE_VERSION
+        for degenerate in ({}, {"1": 0.0, "4": 1.0}, {"1": 1.0, "4": -1.0}):
+            path.write_text(json.dumps({"version": CURVE_VERSION, "relative_cost": degenerate}))
+            assert load_or_measure(model, torch.device("cpu"), path).xs == first.xs
         path.write_text("garbage")  # unreadable: measured again
         assert load_or_measure(model, torch.device("cpu"), path).xs == first.xs
     finally:
