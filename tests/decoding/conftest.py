@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 TINY_VOCAB = 64
 
 
-def make_tiny_llama(attn: str = "sdpa", seed: int = 0) -> Any:
+def make_tiny_llama(attn: str = "sdpa", seed: int = 0, kv_heads: int = 2) -> Any:
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=TINY_VOCAB,
@@ -21,7 +21,7 @@ def make_tiny_llama(attn: str = "sdpa", seed: int = 0) -> Any:
         intermediate_size=64,
         num_hidden_layers=2,
         num_attention_heads=4,
-        num_key_value_heads=2,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=512,
         attn_implementation=attn,
     )

@@ -100,19 +100,7 @@ def test_fast_verification_matches_stock_kernels_on_a_gqa_model(
 
 
 def test_fast_verification_without_grouped_heads(monkeypatch: pytest.MonkeyPatch) -> None:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(1)
-    config = LlamaConfig(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        attn_implementation="sdpa",
-    )
-    model = LlamaForCausalLM(config).eval()
+    model = make_tiny_llama(seed=1, kv_heads=4)
     tree = DraftTree([5, 6, 7, 8], [-1, 0, -1, 2], "t")
     _compare(model, list(range(3, 30)), tree, atol=1e-4, monkeypatch=monkeypatch)
 
