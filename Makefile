@@ -8,7 +8,8 @@ TORCH ?= torch==2.13.0
 
 .PHONY: setup run test lint typecheck pytest bench clean
 
-$(STAMP): pyproject.toml setup.py
+# automaton.py is listed so that editing it rebuilds the compiled core (pip re-runs setup.py).
+$(STAMP): pyproject.toml setup.py samchat/sam/automaton.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q $(TORCH)

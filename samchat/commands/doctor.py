@@ -53,13 +53,14 @@ def report() -> list[tuple[str, str]]:
 
 
 def _sam_backend() -> str:
+    """ "compiled", or "pure" with the reason when the compiled core is missing, stale or broken."""
     try:
         from samchat import sam
 
-        backend: Any = getattr(sam, "backend", None)
-        return str(backend()) if callable(backend) else "unknown"
+        problem = sam.compiled_problem(short=True)
+        return f"{sam.backend()} ({problem})" if problem else sam.backend()
     except Exception as exc:  # doctor reports problems, it never fails on them
-        return f"unavailable ({exc})"
+        return f"unavailable ({type(exc).__name__}: {exc})"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,12 +6,13 @@ that copy (seconds faster, and no GGUF de-quantisation).
 
 from __future__ import annotations
 
-import fcntl
 import importlib.util
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from filelock import FileLock
 
 from samchat.errors import ModelLoadError
 from samchat.paths import model_cache_dir
@@ -50,8 +51,8 @@ def default_model_dir(progress: Callable[[str], None]) -> Path:
         return target
     gguf = bundled_gguf()
     lock_path = model_cache_dir() / f".{DEFAULT_MODEL_NAME}.lock"
-    with lock_path.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be converting right now
+    # filelock, not fcntl: the same exclusive OS lock on POSIX, and it exists on Windows too.
+    with FileLock(lock_path):  # another process may be converting right now: wait for it
         if _is_complete(target):
             return target
         progress("converting the default model from GGUF (once)")
