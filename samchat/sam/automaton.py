@@ -959,7 +959,10 @@ class DeadSpans:
 
     def covers(self, end: i64) -> bool:
         """Whether the occurrence ending (exclusive) at `end` lies in a removed document."""
-        n: i64 = len(self.starts)
+        # Each array read once: a drafting thread may run while set() replaces both.
+        starts = self.starts
+        ends = self.ends
+        n: i64 = min(len(starts), len(ends))
         if n == 0 or end <= 0:
             return False
         pos: i64 = end - 1
@@ -967,11 +970,11 @@ class DeadSpans:
         hi: i64 = n
         while lo < hi:
             mid = (lo + hi) >> 1
-            if i64(self.starts[mid]) <= pos:
+            if i64(starts[mid]) <= pos:
                 lo = mid + 1
             else:
                 hi = mid
-        return lo > 0 and pos < i64(self.ends[lo - 1])
+        return lo > 0 and pos < i64(ends[lo - 1])
 
 
 @final
