@@ -6,7 +6,7 @@ STAMP := $(VENV)/.samchat-setup
 # The CPU build of torch; on a CUDA machine pass TORCH=torch==2.13.0 from an index of your choice.
 TORCH ?= torch==2.13.0
 
-.PHONY: setup run test lint typecheck pytest bench clean
+.PHONY: setup run test test-fast lint typecheck pytest bench clean
 
 # automaton.py is listed so that editing it rebuilds the compiled core (pip re-runs setup.py).
 $(STAMP): pyproject.toml setup.py samchat/sam/automaton.py
@@ -34,6 +34,10 @@ pytest: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider
 
 test: lint typecheck pytest
+
+# The edit loop: everything but the tests that run the real default model (marker `model`).
+test-fast: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m "not model"
 
 clean:
 	rm -rf $(VENV) build *.egg-info

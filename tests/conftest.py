@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +20,13 @@ if "SAMCHAT_MODEL_CACHE" not in os.environ:
     from platformdirs import user_cache_dir
 
     os.environ["SAMCHAT_MODEL_CACHE"] = str(Path(user_cache_dir("samchat")) / "models")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that takes the real model is a `model` test (`make test-fast` leaves them out)."""
+    for item in items:
+        if "default_lm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.model)
 
 
 @pytest.fixture(autouse=True)
@@ -34,3 +45,32 @@ def default_lm() -> Iterator[object]:
     from samchat.models import load_model
 
     yield load_model()
+
+
+def _leaked(before: set[threading.Thread]) -> list[threading.Thread]:
+    """Threads a test left running: any new non-daemon thread, and samchat's own workers."""
+    return [
+        t
+        for t in threading.enumerate()
+        if t not in before and t.is_alive() and (not t.daemon or t.name.startswith("samchat-"))
+    ]
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks() -> Iterator[None]:
+    """Fail a test that leaves a thread (a worker, an indexer) or an open static index behind:
+    such leftovers hold locks and CPU and made later tests stall."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 5.0  # a stopping thread gets a moment to end
+    while (leaked := _leaked(before)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    problems = [f"thread {t.name!r} still running" for t in leaked]
+    index = sys.modules.get("samchat.sam.index")
+    if index is not None and index.open_indexes():
+        gc.collect()  # an index the test dropped without close() is gone, not left open
+        for path in index.open_indexes():
+            problems.append(f"static index {path} left open")
+        index.close_all()  # so one leak does not fail every later test too
+    if problems:
+        pytest.fail("the test leaked: " + "; ".join(problems), pytrace=False)

@@ -142,6 +142,9 @@ class IndexManager:
         start = time.perf_counter()
         result = SyncResult()
         index = self.index
+        with self.lock:
+            # Before reading the store: what other processes indexed is in it by then.
+            index.refresh()
         want = self.store.index_keys()
         with self.lock:
             have = index.document_ids()
@@ -228,9 +231,23 @@ def drop_from_indexes(store: Store, keys: set[str], root: Path | None = None) ->
     return removed
 
 
+class FlushedView:
+    """What a reply drafts from while the indexer may be writing: cursors over the index's
+    flushed segments. A segment never changes once written (a merge, a refresh or warm() swap in
+    new objects; old cursors keep the old ones), so cursors need no lock. Documents still in
+    the in-memory tail, mid-sync, join at the sync's flush."""
+
+    def __init__(self, index: StaticIndex) -> None:
+        self.index = index
+
+    def cursor(self) -> Any:
+        return self.index.cursor(tail=False)
+
+
 class BackgroundIndexer:
     """Runs an IndexManager in a daemon thread with its own store connection. `poke()` after a
-    reply, an import or a delete; the thread syncs. Hold `lock` while decoding from `index`."""
+    reply, an import or a delete; the thread syncs. Replies draft from `drafting_view()`, which
+    needs no lock: a reply never waits for a sync."""
 
     def __init__(
         self,
@@ -259,6 +276,11 @@ class BackgroundIndexer:
     @property
     def index(self) -> StaticIndex | None:
         return self.manager.index if self.manager is not None and self.ready.is_set() else None
+
+    def drafting_view(self) -> FlushedView | None:
+        """The index for drafting from another thread; None until it is open and synced."""
+        index = self.index
+        return FlushedView(index) if index is not None else None
 
     def start(self) -> BackgroundIndexer:
         self._thread.start()

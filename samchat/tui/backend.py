@@ -6,7 +6,6 @@ worker threads, so starting the UI stays fast.
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -144,8 +143,9 @@ def load_lm(
 class Generator:
     """One decoding session per loaded model and config (the session keeps the KV cache).
 
-    With a background indexer the session drafts from the static index once it is open; the
-    indexer's lock is held while a reply decodes so a sync never changes the index under it.
+    With a background indexer the session drafts from the static index once it is open, through
+    a view of its flushed segments: they never change under a reply, so a reply takes no lock
+    and never waits for a sync, however large (an import, a first index of many chats).
     """
 
     def __init__(
@@ -163,7 +163,7 @@ class Generator:
         self._session_has_index = False
 
     def _index(self) -> Any:
-        return self.indexer.index if self.indexer is not None else None
+        return self.indexer.drafting_view() if self.indexer is not None else None
 
     def session(self) -> Any:
         index = self._index()
@@ -199,9 +199,7 @@ class Generator:
         seed = values.pop("seed", -1)
         params = SamplingParams(**values, seed=None if seed is None or seed < 0 else int(seed))
         params.validate()
-        lock = self.indexer.lock if self.indexer is not None else contextlib.nullcontext()
-        with lock:
-            yield from self.session().generate(messages, params, cancel)
+        yield from self.session().generate(messages, params, cancel)
 
     def pieces(self, token_ids: list[int], sources: list[str], text: str) -> list[tuple[str, str]]:
         """Split a delta's text per token so each piece carries its drafter.

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -207,19 +208,43 @@ async def test_the_static_index_follows_the_store(
 
 
 async def test_opening_another_chat_while_a_reply_streams(
-    make_app: Callable[..., SamchatApp], store: Store, default_lm: Any, curve: Any
+    make_app: Callable[..., SamchatApp],
+    store: Store,
+    default_lm: Any,
+    curve: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from tui_helpers import seed_chat
 
+    from samchat.decoding.events import TextDelta
+    from samchat.tui.backend import Generator
+
+    # The reply is held after its first tokens until the other chat is open: however fast
+    # the machine, the switch happens mid-stream (a 40-token reply could otherwise finish
+    # between two polls of the test).
+    resume = threading.Event()
+    real = Generator.generate
+
+    def held(self: Generator, *args: Any) -> Iterator[Any]:
+        for ev in real(self, *args):
+            yield ev
+            if isinstance(ev, TextDelta) and ev.token_ids:
+                resume.wait(60)
+
+    monkeypatch.setattr(Generator, "generate", held)
     other = seed_chat(store, "Other", [("q", "a")])
     app = make_app(lm=default_lm, config=config(40), cost_curve=curve)
     async with app.run_test(size=(120, 36)) as pilot:
-        await send(pilot, app, "Count from one to twenty in words.")
-        await wait_for(pilot, lambda: app.job is not None and app.job.live.tokens >= 2, 120)
-        first = app.chat_id
-        assert first is not None
-        await app.open_chat(other)
-        assert [v.content for v in app.chat_view.views()] == ["q", "a"]
+        try:
+            await send(pilot, app, "Count from one to twenty in words.")
+            await wait_for(pilot, lambda: app.job is not None and app.job.live.tokens >= 1, 120)
+            first = app.chat_id
+            assert first is not None
+            await app.open_chat(other)
+            assert [v.content for v in app.chat_view.views()] == ["q", "a"]
+            assert app.replies_finished == 0
+        finally:
+            resume.set()
         await wait_for(pilot, lambda: app.replies_finished == 1, 120)
         assert app.chat_id == other
         (reply,) = replies(store, first)  # stored in the chat it belongs to
