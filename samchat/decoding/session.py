@@ -9,6 +9,7 @@ import importlib
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -32,7 +33,8 @@ Message = dict[str, str]
 
 PREFILL_CHUNK = 2048
 CALIBRATE_EVERY = 48
-_CURVES: dict[tuple[int, str], CostCurve] = {}
+# Per model object and device, weakly: an id() key could be reused by a later model.
+_CURVES: weakref.WeakKeyDictionary[Any, dict[str, CostCurve]] = weakref.WeakKeyDictionary()
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -205,8 +207,9 @@ class ChatSession:
 
     def _curve_for_device(self) -> CostCurve:
         if self._curve is None:
-            key = (id(self._model), str(self._device))
-            curve = _CURVES.get(key)
+            per_device = _CURVES.setdefault(self._model, {})
+            key = str(self._device)
+            curve = per_device.get(key)
             if curve is None:
                 from samchat.paths import cache_dir
 
@@ -215,7 +218,7 @@ class ChatSession:
                 digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
                 path = cache_dir() / "costs" / f"{digest}.json"
                 curve = load_or_measure(self._model, self._device, path)
-                _CURVES[key] = curve
+                per_device[key] = curve
             self._curve = curve
         return self._curve
 
