@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,6 +44,23 @@ def _private_file(path: Path) -> None:
         os.chmod(path, 0o600)
 
 
+def _enable_wal(conn: sqlite3.Connection) -> str:
+    """Switch a new database to WAL. The switch needs the file to itself and SQLite reports
+    "locked" at once, without the busy timeout, while another process opens the same new file:
+    retry within the busy timeout. An existing database is WAL already (the mode persists)."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0])
+            if mode.lower() == "wal":
+                return mode
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc).lower() or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 def connect(path: Path) -> sqlite3.Connection:
     """A connection in WAL mode with foreign keys; raises StoreError for unusable files."""
     if path.is_dir():
@@ -57,7 +75,10 @@ def connect(path: Path) -> sqlite3.Connection:
         raise translate(exc, path) from exc
     try:
         conn.execute("PRAGMA foreign_keys = ON")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        # As sqlite-utils' Database() sets it: a row an INSERT OR REPLACE removes also runs
+        # the delete triggers that keep full-text search in step.
+        conn.execute("PRAGMA recursive_triggers = ON")
+        mode = _enable_wal(conn)
         if str(mode).lower() != "wal":
             raise StoreError(f"the database {path} cannot use WAL mode (got {mode})")
         # WAL + NORMAL: a killed process never corrupts the file; only a power cut may lose
