@@ -10,15 +10,16 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from samchat.errors import StoreError
 from samchat.paths import data_dir
 from samchat.store.connection import connect, translate, write_transaction
 from samchat.store.migrations import migrate
 from samchat.store.rows import Chat, DocumentRow, MessageRow, SearchHit
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 DB_NAME = "samchat.db"
 ROLES = ("system", "user", "assistant")
@@ -112,7 +113,14 @@ class Store:
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self.conn = conn
         self.path = path
-        self.db = sqlite_utils.Database(conn, execute_plugins=False)
+
+    @functools.cached_property
+    def db(self) -> sqlite_utils.Database:
+        """sqlite-utils over the same connection, imported on first use: it takes longer to
+        import than samchat takes to start."""
+        import sqlite_utils
+
+        return sqlite_utils.Database(self.conn, execute_plugins=False)
 
     @classmethod
     def open(cls, path: Path | None = None) -> Store:

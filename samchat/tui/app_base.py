@@ -63,7 +63,7 @@ class SamchatBase(App[None]):
         self.cost_curve = cost_curve  # a known verification-cost curve (else measured once)
         self.model_options = dict(model_options or {})  # dtype, quantize, trust_remote_code
         self.data: backend.ChatData | None = None
-        self.data_state = "none"  # opening | ready | failed
+        self.data_state = "none"  # ready | failed
         self.chat_id: int | None = None
         self.lm: LoadedModel | None = lm
         self.generator: backend.Generator | None = None
@@ -148,10 +148,7 @@ class SamchatBase(App[None]):
 
     def need_data(self) -> backend.ChatData | None:
         if self.data is None:
-            if self.data_state == "opening":
-                self.notify("one moment: the database is opening", severity="warning")
-            else:
-                self.error("the database is not open; restart samchat after fixing it")
+            self.error("the database is not open; restart samchat after fixing it")
         return self.data
 
     def busy(self) -> bool:

@@ -99,10 +99,6 @@ class ModelFailed(Message):
         self.error = error
 
 
-class StoreImported(Message):
-    pass
-
-
 class Notice(Message):
     """An error from a background thread, shown as a notification."""
 
