@@ -8,8 +8,9 @@ TORCH ?= torch==2.13.0
 
 .PHONY: setup run test test-fast lint typecheck pytest bench clean
 
-# automaton.py is listed so that editing it rebuilds the compiled core (pip re-runs setup.py).
-$(STAMP): pyproject.toml setup.py samchat/sam/automaton.py
+# automaton.py is listed so that editing it rebuilds the compiled core (pip re-runs setup.py),
+# the docs so that the samchat-docs corpus pack is copied from them again.
+$(STAMP): pyproject.toml setup.py samchat/sam/automaton.py README.md docs/ARCHITECTURE.md
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q $(TORCH)
@@ -23,9 +24,11 @@ setup: $(STAMP)
 run: setup
 	HF_HUB_OFFLINE=1 $(BIN)/samchat
 
+# lint-imports checks the import contracts in pyproject.toml (no cache dir left in the tree).
 lint: setup
-	$(BIN)/ruff check samchat tests
-	$(BIN)/ruff format --check samchat tests
+	$(BIN)/ruff check samchat tests scripts
+	$(BIN)/ruff format --check samchat tests scripts
+	$(BIN)/lint-imports --no-cache
 
 typecheck: setup
 	$(BIN)/mypy

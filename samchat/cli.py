@@ -47,6 +47,8 @@ def build_parser(with_commands: bool = True) -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks (index, decode)")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)
     for info in sorted(pkgutil.iter_modules(commands_pkg.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):  # helpers (_support): no sub-command, nothing to import
+            continue
         module = importlib.import_module(f"{commands_pkg.__name__}.{info.name}")
         if hasattr(module, "register"):
             module.register(sub)

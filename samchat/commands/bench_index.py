@@ -37,7 +37,7 @@ def register_bench(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from samchat.sam.bench import format_report, run_bench
+    from samchat.bench.index import format_report, run_bench
 
     for name in ("tokens", "baseline_tokens", "pure_tokens"):
         if getattr(args, name) < 1000:

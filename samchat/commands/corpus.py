@@ -6,14 +6,14 @@ import argparse
 
 from rich.table import Table
 
-from samchat.commands.import_ import import_and_index
-from samchat.corpus.cli_support import (
+from samchat.commands._support import (
     add_data_dir,
     add_model,
     err_console,
     open_store,
     out_console,
 )
+from samchat.commands.import_ import import_and_index
 from samchat.corpus.indexing import drop_from_indexes
 from samchat.corpus.packs import pack, packs
 

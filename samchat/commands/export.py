@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from samchat.corpus.cli_support import add_data_dir, open_store
+from samchat.commands._support import add_data_dir, open_store
 from samchat.errors import SamchatError
 from samchat.store import Chat, MessageRow, Store
 

@@ -8,7 +8,7 @@ import time
 
 from rich.table import Table
 
-from samchat.corpus.cli_support import add_data_dir, open_store, out_console
+from samchat.commands._support import add_data_dir, open_store, out_console
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from samchat.corpus.cli_support import (
+from samchat.commands._support import (
     add_data_dir,
     add_model,
     err_console,

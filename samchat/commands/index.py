@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from samchat.corpus.cli_support import (
+from samchat.commands._support import (
     add_data_dir,
     add_model,
     open_index,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from samchat.corpus.cli_support import add_data_dir, confirm, err_console, open_store
+from samchat.commands._support import add_data_dir, confirm, err_console, open_store
 from samchat.corpus.indexing import drop_from_indexes
 from samchat.errors import SamchatError
 

@@ -7,7 +7,7 @@ import json
 
 from rich.markup import escape
 
-from samchat.corpus.cli_support import add_data_dir, err_console, open_store, out_console
+from samchat.commands._support import add_data_dir, err_console, open_store, out_console
 
 _OPEN, _CLOSE = "\x02", "\x03"  # marks that cannot occur in text, replaced by styling
 

@@ -1,8 +1,9 @@
 """Render the README screenshot: a real chat with the default model, provenance and figures on.
 
-    python -m samchat.tui.screenshot docs/screenshot.svg
+    python scripts/screenshot.py docs/screenshot.svg
 
-Runs headless with a throw-away data directory; needs the default model (offline).
+Runs headless with a throw-away data directory; needs the default model (offline). A script, not
+part of the package: nothing in samchat needs it, and it loads a model from inside the TUI.
 """
 
 from __future__ import annotations

@@ -25,9 +25,9 @@ from types import ModuleType
 from typing import Any
 
 from samchat import paths
+from samchat.bench.dict_baseline import DictAutomaton, DictCursor
 from samchat.errors import SamchatError
 from samchat.sam import backend, impl, load_pure
-from samchat.sam.dict_baseline import DictAutomaton, DictCursor
 from samchat.sam.index import StaticIndex
 
 DRAFT_N = 16

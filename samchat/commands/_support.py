@@ -1,4 +1,8 @@
-"""Pieces the store and corpus commands share: options, opening things, progress bars."""
+"""Pieces the store and corpus commands share: options, opening things, progress bars.
+
+The leading underscore keeps samchat/cli.py from taking it for a sub-command. It lives here, not
+in samchat.corpus, because it uses rich and argparse, which the libraries never import.
+"""
 
 from __future__ import annotations
 
