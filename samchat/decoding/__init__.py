@@ -1,11 +1,38 @@
 """Chat sessions with KV reuse and lossless speculative decoding (suffix-automaton drafts,
-tree verification), streaming text and statistics as events."""
+tree verification), streaming text and statistics as events.
 
-from samchat.decoding.drafter import Drafter, Selector
-from samchat.decoding.events import Event, ReplyDone, ReplyStats, StepStats, TextDelta
-from samchat.decoding.params import METHODS, DecodingConfig, SamplingParams
-from samchat.decoding.session import ChatSession, Message
-from samchat.decoding.tree import DraftTree
+The names below load lazily (PEP 562): `from samchat.decoding import DecodingConfig` imports
+params.py only, no torch; `ChatSession` imports the engine (and torch) on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from samchat.decoding.drafter import Drafter, Selector
+    from samchat.decoding.events import Event, ReplyDone, ReplyStats, StepStats, TextDelta
+    from samchat.decoding.params import METHODS, DecodingConfig, SamplingParams
+    from samchat.decoding.session import ChatSession, Message
+    from samchat.decoding.tree import DraftTree
+
+# name -> the module (under samchat.decoding) that defines it
+_WHERE = {
+    "Drafter": "drafter",
+    "Selector": "drafter",
+    "Event": "events",
+    "ReplyDone": "events",
+    "ReplyStats": "events",
+    "StepStats": "events",
+    "TextDelta": "events",
+    "METHODS": "params",
+    "DecodingConfig": "params",
+    "SamplingParams": "params",
+    "ChatSession": "session",
+    "Message": "session",
+    "DraftTree": "tree",
+}
 
 __all__ = [
     "METHODS",
@@ -22,3 +49,16 @@ __all__ = [
     "StepStats",
     "TextDelta",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

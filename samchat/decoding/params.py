@@ -1,32 +1,285 @@
-"""The knobs of one reply (SamplingParams) and of the decoding engine (DecodingConfig)."""
+"""The knobs of one reply (SamplingParams) and of the decoding engine (DecodingConfig).
+
+This is the one declaration of every knob: each field carries its help text and its rules
+(bounds, choices) in its metadata, written with `knob()`. `validate()`, the config file
+(samchat.tui.config), the TUI's settings screen and `samchat ask` all read them from here
+through `knobs()`, `Knob.check()`/`Knob.parse()` and `from_mapping()`. Adding a knob is one
+line in a dataclass below plus the code that uses it.
+
+No torch here (nor in `samchat.decoding`'s package import): the UI and the CLI import this
+module at start-up.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import math
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar, TypeVar, get_type_hints
 
 from samchat.errors import SamchatError
 
 METHODS = ("plain", "sam", "tr", "sam+tr")
 
+T = TypeVar("T")
+
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+def knob(
+    default: T,
+    help: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive_minimum: float | None = None,
+    choices: tuple[str, ...] = (),
+) -> T:
+    """Declare a knob: a dataclass field with its default, help text and rules (inclusive
+    `minimum`/`maximum`, `exclusive_minimum`, or `choices` for a string)."""
+    metadata = {
+        "help": help,
+        "minimum": minimum,
+        "maximum": maximum,
+        "exclusive_minimum": exclusive_minimum,
+        "choices": tuple(choices),
+    }
+    out: T = field(default=default, metadata=metadata)
+    return out
+
+
+class KnobError(SamchatError):
+    """A knob got a bad value; the message is one line naming the knob, the value and the
+    allowed range. `problem` is the same without the knob's name (for argparse)."""
+
+    def __init__(self, knob: Knob, value: object, where: str = "") -> None:
+        self.knob = knob
+        self.value = value
+        if knob.choices:
+            choices = ", ".join(knob.choices)
+            self.problem = f"unknown {knob.section} {knob.name} {value!r}; use one of {choices}"
+            message = f"{knob.qualified}: {self.problem}"
+        else:
+            self.problem = f"must be {knob.allowed}, got {value!r}"
+            message = f"{knob.qualified} {self.problem}"
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+def _number(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One knob as the config file, the settings screen and the CLI see it."""
+
+    section: str  # "decoding" | "sampling": the config.toml table
+    name: str
+    type: type[Any]  # int, float, bool, str, or tuple (of strings)
+    default: Any
+    help: str
+    optional: bool = False  # None is a value too (seed: None = random)
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: float | None = None
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.section}.{self.name}"
+
+    @property
+    def allowed(self) -> str:
+        """The allowed values in words: 'an integer >= 0', 'a number in (0, 1]', ..."""
+        if self.choices:
+            return f"one of {', '.join(self.choices)}"
+        kind = {
+            bool: "true or false",
+            int: "an integer",
+            float: "a number",
+            str: "a string",
+            tuple: "a list of strings",
+        }[self.type]
+        low = self.minimum if self.minimum is not None else self.exclusive_minimum
+        if low is not None and self.maximum is not None:
+            left = "[" if self.minimum is not None else "("
+            kind += f" in {left}{_number(low)}, {_number(self.maximum)}]"
+        elif low is not None:
+            kind += f" {'>=' if self.minimum is not None else '>'} {_number(low)}"
+        elif self.maximum is not None:
+            kind += f" <= {_number(self.maximum)}"
+        return f"{kind} or unset" if self.optional else kind
+
+    def check(self, value: Any, where: str = "") -> Any:
+        """The value in the knob's type (an int for a float knob becomes a float; a list of
+        strings a tuple), or KnobError. A bool is never a number."""
+        if value is None and self.optional:
+            return None
+        out = self._coerce(value)
+        if out is None:
+            raise KnobError(self, value, where)
+        return out
+
+    def _coerce(self, value: Any) -> Any:
+        """The value in the knob's type, or None when it is not allowed."""
+        if self.type is bool:
+            return value if isinstance(value, bool) else None
+        if self.type is str:
+            ok = isinstance(value, str) and (not self.choices or value in self.choices)
+            return value if ok else None
+        if self.type is tuple:
+            ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+            return tuple(value) if ok else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        if self.type is int and not isinstance(value, int):
+            return None
+        if self.type is float:
+            if not math.isfinite(value):
+                return None
+            value = float(value)
+        if (
+            (self.minimum is not None and value < self.minimum)
+            or (self.exclusive_minimum is not None and value <= self.exclusive_minimum)
+            or (self.maximum is not None and value > self.maximum)
+        ):
+            return None
+        return value
+
+    def parse(self, text: str, where: str = "") -> Any:
+        """A value typed as text (a settings field, a command-line option), checked. Empty is
+        None for an optional knob; a list of strings is comma-separated."""
+        raw = text.strip()
+        if self.optional and not raw:
+            return None
+        value: Any = raw
+        if self.type is bool:
+            lowered = raw.lower()
+            value = True if lowered in _TRUE else False if lowered in _FALSE else raw
+        elif self.type in (int, float):
+            with contextlib.suppress(ValueError):  # not a number: check() says what is allowed
+                value = self.type(raw)
+        elif self.type is tuple:
+            value = tuple(part for part in text.split(",") if part) if text else ()
+        elif self.type is str:
+            value = text
+        return self.check(value, where)
+
+    def text(self, value: Any) -> str:
+        """The value as parse() reads it back."""
+        if value is None:
+            return ""
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, tuple):
+            return ",".join(value)
+        return str(value)
+
+
+def knobs(cls: type[Any]) -> list[Knob]:
+    """The knobs of DecodingConfig or SamplingParams, in declaration order."""
+    return list(_knobs(cls))
+
+
+_KNOBS: dict[type[Any], tuple[Knob, ...]] = {}
+
+
+def _knobs(cls: type[Any]) -> tuple[Knob, ...]:
+    cached = _KNOBS.get(cls)
+    if cached is None:
+        cached = _KNOBS[cls] = _declared(cls)
+    return cached
+
+
+def _declared(cls: type[Any]) -> tuple[Knob, ...]:
+    hints = get_type_hints(cls)
+    out: list[Knob] = []
+    for f in fields(cls):
+        hint = hints[f.name]
+        args = getattr(hint, "__args__", ())
+        optional = type(None) in args
+        base = next((a for a in args if a is not type(None)), hint) if optional else hint
+        kind = getattr(base, "__origin__", base)
+        if kind not in (bool, int, float, str, tuple):
+            raise TypeError(f"{cls.__name__}.{f.name}: knobs of type {hint} are not supported")
+        meta = f.metadata
+        if "help" not in meta or f.default is MISSING:
+            raise TypeError(f"{cls.__name__}.{f.name}: declare it with knob(default, help)")
+        out.append(
+            Knob(
+                section=cls.SECTION,
+                name=f.name,
+                type=kind,
+                default=f.default,
+                help=meta["help"],
+                optional=optional,
+                choices=meta["choices"],
+                minimum=meta["minimum"],
+                maximum=meta["maximum"],
+                exclusive_minimum=meta["exclusive_minimum"],
+            )
+        )
+    return tuple(out)
+
+
+def knob_of(cls: type[Any], name: str) -> Knob:
+    """One knob by name (KeyError if there is none)."""
+    for k in _knobs(cls):
+        if k.name == name:
+            return k
+    raise KeyError(name)
+
+
+def from_mapping(cls: type[T], values: Mapping[str, Any], where: str = "") -> T:
+    """An instance of `cls` from plain values (a config table, form fields, options): types
+    checked, defaults filled in, unknown keys refused, rules checked. Raises KnobError (a
+    SamchatError) with one line, prefixed with `where` ("config") when given."""
+    declared = _knobs(cls)
+    names = [k.name for k in declared]
+    for key in values:
+        if key not in names:
+            message = (
+                f"unknown {getattr(cls, 'SECTION', cls.__name__)} setting {key!r}; "
+                f"known: {', '.join(names)}"
+            )
+            raise SamchatError(f"{where}: {message}" if where else message)
+    checked = {k.name: k.check(values[k.name], where) for k in declared if k.name in values}
+    return cls(**checked)
+
+
+def to_mapping(obj: Any) -> dict[str, Any]:
+    """The knobs' values of a DecodingConfig or SamplingParams, in declaration order."""
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
+def _validate(obj: Any) -> None:
+    for k in _knobs(type(obj)):
+        k.check(getattr(obj, k.name))
+
 
 @dataclass
 class SamplingParams:
-    max_new_tokens: int = 512
-    temperature: float = 0.0  # 0 = greedy
-    top_p: float = 1.0
-    top_k: int = 0  # 0 = no top-k cut
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
+    """The knobs of one reply; ChatSession.generate() validates them."""
+
+    SECTION: ClassVar[str] = "sampling"
+
+    max_new_tokens: int = knob(512, "longest reply, in tokens", minimum=1)
+    temperature: float = knob(
+        0.0, "0 = greedy (lossless: same text as plain decoding)", minimum=0.0
+    )
+    top_p: float = knob(1.0, "nucleus sampling mass (1 = off)", exclusive_minimum=0.0, maximum=1.0)
+    top_k: int = knob(0, "sample among the k likeliest (0 = off)", minimum=0)
+    # torch.Generator seed: the same seed gives the same tokens, whatever the method.
+    seed: int | None = knob(
+        None, "fixed sampling seed (unset = random)", minimum=0, maximum=2**64 - 1
+    )
+    stop: tuple[str, ...] = knob((), "the reply ends before the first of these strings")
 
     def validate(self) -> None:
-        if self.max_new_tokens < 1:
-            raise SamchatError(f"max new tokens must be at least 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise SamchatError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise SamchatError(f"top-p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise SamchatError(f"top-k must be >= 0, got {self.top_k}")
+        """KnobError (a SamchatError, one line) for the first bad value."""
+        _validate(self)
 
     @property
     def greedy(self) -> bool:
@@ -37,32 +290,33 @@ class SamplingParams:
 class DecodingConfig:
     """All engine knobs; the CLI and the TUI settings set these."""
 
-    method: str = "sam+tr"  # plain | sam | tr | sam+tr
+    SECTION: ClassVar[str] = "decoding"
+
+    method: str = knob("sam+tr", "none, SAM, Token Recycling (TR) or both", choices=METHODS)
     # SAM-Decoding's selection rule: SAM draft when max(dyn, static - l_bias) >= l_threshold.
-    l_threshold: int = 5
-    l_bias: int = 5
+    l_threshold: int = knob(5, "shortest suffix match that the SAM drafters trust", minimum=0)
+    l_bias: int = knob(5, "match length above which SAM drafts win over Token Recycling", minimum=0)
     # Largest draft (nodes); 0 = fitted to the hardware (cost curve, see budget.py).
-    max_draft: int = 0
+    max_draft: int = knob(
+        0, "most draft tokens verified per step (0 = fitted to the hardware)", minimum=0
+    )
     # Sequence length as in SAM-Decoding: min(max_draft, 1 + alpha * match_len).
-    alpha: int = 4
+    alpha: int = knob(4, "SAM draft length: 1 + alpha × match length (up to max_draft)", minimum=1)
     # Static-index tree drafts (used when the static match wins); 0 = sequence drafts only.
-    static_tree_topk: int = 0
+    static_tree_topk: int = knob(
+        0, "tree drafts from the static index (0 = sequences only)", minimum=0
+    )
     # Choose each draft's size from the measured cost curve and running acceptance rates.
-    adaptive: bool = True
+    adaptive: bool = knob(True, "size drafts from measured costs and hit rates")
     # Trim the oldest turns when the prompt would leave fewer than this many tokens free.
-    reserve_tokens: int = 256
-    # Tokens of the context a fresh static-index cursor is fed with at the start of a reply.
-    static_context: int = 256
+    reserve_tokens: int = knob(256, "drop old turns to keep this room for the reply", minimum=0)
+    # Tokens of the context a fresh static-index cursor is fed with at the start of a reply
+    # (at least 1: the drafter feeds context[-static_context:], and [-0:] is all of it).
+    static_context: int = knob(256, "prompt tokens fed to the static index per reply", minimum=1)
 
     def validate(self) -> None:
-        if self.method not in METHODS:
-            raise SamchatError(
-                f"unknown decoding method {self.method!r}; use one of {', '.join(METHODS)}"
-            )
-        if self.max_draft < 0:
-            raise SamchatError(f"max draft must be >= 0, got {self.max_draft}")
-        if self.l_threshold < 0 or self.l_bias < 0 or self.alpha < 1:
-            raise SamchatError("l_threshold and l_bias must be >= 0 and alpha >= 1")
+        """KnobError (a SamchatError, one line) for the first bad value."""
+        _validate(self)
 
     @property
     def uses_sam(self) -> bool:

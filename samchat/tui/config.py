@@ -6,35 +6,20 @@ Kept free of textual and torch so the CLI and tests can read it cheaply.
 from __future__ import annotations
 
 import json
-import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from samchat import paths
+from samchat.decoding.params import DecodingConfig, SamplingParams, from_mapping, to_mapping
 from samchat.errors import SamchatError
 
 CONFIG_NAME = "config.toml"
-METHODS = ("plain", "sam", "tr", "sam+tr")
 DEFAULT_THEME = "samchat-dark"
-
-# Defaults mirror samchat.decoding.DecodingConfig / SamplingParams; only these keys are written.
-DECODING_DEFAULTS: dict[str, Any] = {
-    "method": "sam+tr",
-    "l_threshold": 5,
-    "l_bias": 5,
-    "max_draft": 0,
-    "alpha": 4,
-    "static_tree_topk": 0,
-}
-SAMPLING_DEFAULTS: dict[str, Any] = {
-    "max_new_tokens": 512,
-    "temperature": 0.0,
-    "top_p": 1.0,
-    "top_k": 0,
-    "seed": -1,  # -1 = no fixed seed (TOML has no null)
-}
+# The [decoding] and [sampling] tables hold DecodingConfig's and SamplingParams' knobs
+# (samchat/decoding/params.py declares their defaults, types and ranges). TOML has no null:
+# a knob whose value is None (seed: random) is left out of the file.
 
 
 class ConfigError(SamchatError):
@@ -45,14 +30,23 @@ def config_path() -> Path:
     return paths.config_dir() / CONFIG_NAME
 
 
+def decoding_defaults() -> dict[str, Any]:
+    return to_mapping(DecodingConfig())
+
+
+def sampling_defaults() -> dict[str, Any]:
+    return to_mapping(SamplingParams())
+
+
 @dataclass
 class Config:
     theme: str = DEFAULT_THEME
     keymap: dict[str, str] = field(default_factory=dict)
     model: str = ""  # "" = the default offline model
     device: str = "auto"
-    decoding: dict[str, Any] = field(default_factory=lambda: dict(DECODING_DEFAULTS))
-    sampling: dict[str, Any] = field(default_factory=lambda: dict(SAMPLING_DEFAULTS))
+    # Every knob of DecodingConfig / SamplingParams by name, checked (validate_decoding/_sampling).
+    decoding: dict[str, Any] = field(default_factory=decoding_defaults)
+    sampling: dict[str, Any] = field(default_factory=sampling_defaults)
 
     def to_toml_dict(self) -> dict[str, Any]:
         return {
@@ -60,55 +54,34 @@ class Config:
             "model": self.model,
             "device": self.device,
             "keymap": dict(self.keymap),
-            "decoding": dict(self.decoding),
-            "sampling": dict(self.sampling),
+            "decoding": {k: v for k, v in self.decoding.items() if v is not None},
+            "sampling": {k: v for k, v in self.sampling.items() if v is not None},
         }
 
 
-def _check_number(section: str, key: str, value: Any, default: Any) -> Any:
-    if isinstance(default, bool) or isinstance(value, bool):
-        raise ConfigError(f"config: {section}.{key} must be a number, got {value!r}")
-    if isinstance(default, int):
-        if not isinstance(value, int):
-            raise ConfigError(f"config: {section}.{key} must be an integer, got {value!r}")
-        return value
-    if not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"config: {section}.{key} must be a number, got {value!r}")
-    return float(value)
+def _validate(
+    cls: type[DecodingConfig] | type[SamplingParams], values: dict[str, Any]
+) -> dict[str, Any]:
+    try:
+        return to_mapping(from_mapping(cls, values, where="config"))
+    except SamchatError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def validate_decoding(values: dict[str, Any]) -> dict[str, Any]:
-    """Defaults filled in, types and ranges checked; raises ConfigError with one line."""
-    out = dict(DECODING_DEFAULTS)
-    for key, value in values.items():
-        if key not in DECODING_DEFAULTS:
-            raise ConfigError(f"config: unknown decoding setting {key!r}")
-        if key == "method":
-            if value not in METHODS:
-                raise ConfigError(f"config: decoding.method must be one of {', '.join(METHODS)}")
-            out[key] = value
-        else:
-            out[key] = _check_number("decoding", key, value, DECODING_DEFAULTS[key])
-            if out[key] < (1 if key == "alpha" else 0):
-                raise ConfigError(f"config: decoding.{key} must be >= {1 if key == 'alpha' else 0}")
-    return out
+    """All of DecodingConfig's knobs: defaults filled in, types and ranges checked (params.py's
+    rules); raises ConfigError with one line."""
+    return _validate(DecodingConfig, values)
 
 
 def validate_sampling(values: dict[str, Any]) -> dict[str, Any]:
-    out = dict(SAMPLING_DEFAULTS)
-    for key, value in values.items():
-        if key not in SAMPLING_DEFAULTS:
-            raise ConfigError(f"config: unknown sampling setting {key!r}")
-        out[key] = _check_number("sampling", key, value, SAMPLING_DEFAULTS[key])
-    if out["max_new_tokens"] < 1:
-        raise ConfigError("config: sampling.max_new_tokens must be >= 1")
-    if out["temperature"] < 0:
-        raise ConfigError("config: sampling.temperature must be >= 0")
-    if not 0 < out["top_p"] <= 1:
-        raise ConfigError("config: sampling.top_p must be in (0, 1]")
-    if out["top_k"] < 0:
-        raise ConfigError("config: sampling.top_k must be >= 0")
-    return out
+    """All of SamplingParams' knobs, as validate_decoding. A negative seed (the old `seed = -1`
+    of config files written before seeds could be unset) means random, as it did."""
+    values = dict(values)
+    seed = values.get("seed")
+    if isinstance(seed, int) and not isinstance(seed, bool) and seed < 0:
+        values["seed"] = None
+    return _validate(SamplingParams, values)
 
 
 def from_toml_dict(data: dict[str, Any]) -> Config:
@@ -124,7 +97,10 @@ def from_toml_dict(data: dict[str, Any]) -> Config:
     ):
         raise ConfigError("config: [keymap] must map binding ids to key strings")
     cfg.keymap = dict(keymap)
-    for name, check in (("decoding", validate_decoding), ("sampling", validate_sampling)):
+    for name, check in (
+        (DecodingConfig.SECTION, validate_decoding),
+        (SamplingParams.SECTION, validate_sampling),
+    ):
         section = data.get(name, {})
         if not isinstance(section, dict):
             raise ConfigError(f"config: [{name}] must be a table")
@@ -154,6 +130,8 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str):
         # JSON string escapes are a subset of TOML basic-string escapes.
         return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     raise TypeError(f"cannot write {type(value).__name__} to TOML")
 
 
@@ -163,7 +141,8 @@ def _toml_key(key: str) -> str:
 
 
 def dumps_toml(data: dict[str, Any]) -> str:
-    """TOML for our flat layout: top-level scalars, then one level of tables of scalars."""
+    """TOML for our flat layout: top-level scalars, then one level of tables of scalars (and
+    arrays of them)."""
     scalars = {k: v for k, v in data.items() if not isinstance(v, dict)}
     lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in scalars.items()]
     for name, table in data.items():

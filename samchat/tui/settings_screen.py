@@ -1,4 +1,6 @@
-"""Decoding method, its knobs and sampling. Returns (decoding, sampling) dicts, validated."""
+"""The decoding and sampling settings: one row per knob of DecodingConfig, then of SamplingParams,
+as samchat/decoding/params.py declares them (the widget follows the knob's type, the help text
+is the knob's). Returns (decoding, sampling) dicts, parsed and validated by params.py."""
 
 from __future__ import annotations
 
@@ -8,31 +10,33 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Select
+from textual.widgets import Button, Input, Label, Select, Switch
 
-from samchat.tui.config import (
-    DECODING_DEFAULTS,
-    METHODS,
-    SAMPLING_DEFAULTS,
-    ConfigError,
-    validate_decoding,
-    validate_sampling,
+from samchat.decoding.params import (
+    DecodingConfig,
+    Knob,
+    SamplingParams,
+    from_mapping,
+    knobs,
+    to_mapping,
+)
+from samchat.errors import SamchatError
+
+# Knobs with no row, and why (they keep their value from config.toml).
+EXCLUDED = {
+    "stop": "a list of any strings (newlines, commas) that one input line cannot hold",
+}
+SECTIONS: tuple[tuple[str, type[Any]], ...] = (
+    ("Decoding", DecodingConfig),
+    ("Sampling", SamplingParams),
 )
 
-HELP = {
-    "l_threshold": "shortest suffix match that the SAM drafters trust",
-    "l_bias": "match length above which SAM drafts win over Token Recycling",
-    "max_draft": "most draft tokens verified per step (0 = fitted to the hardware)",
-    "alpha": "SAM draft length: 1 + alpha × match length (up to max_draft)",
-    "static_tree_topk": "tree drafts from the static index (0 = sequences only)",
-    "max_new_tokens": "longest reply",
-    "temperature": "0 = greedy (lossless: same text as plain decoding)",
-    "top_p": "nucleus sampling mass (1 = off)",
-    "top_k": "sample among the k likeliest (0 = off)",
-    "seed": "fixed sampling seed (-1 = random)",
-}
-
 Result = tuple[dict[str, Any], dict[str, Any]]
+
+
+def form_knobs(cls: type[Any]) -> list[Knob]:
+    """The knobs of `cls` that get a row, in declaration order."""
+    return [k for k in knobs(cls) if k.name not in EXCLUDED]
 
 
 class SettingsScreen(ModalScreen[Result | None]):
@@ -43,60 +47,61 @@ class SettingsScreen(ModalScreen[Result | None]):
 
     def __init__(self, decoding: dict[str, Any], sampling: dict[str, Any]) -> None:
         super().__init__(classes="dialog-screen")
-        self.decoding = dict(decoding)
-        self.sampling = dict(sampling)
+        self.values: dict[type[Any], dict[str, Any]] = {
+            DecodingConfig: dict(decoding),
+            SamplingParams: dict(sampling),
+        }
+
+    @property
+    def decoding(self) -> dict[str, Any]:
+        return self.values[DecodingConfig]
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        return self.values[SamplingParams]
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog -wide -tall", id="settings-dialog"):
             yield Label("Settings", classes="dialog-title")
             with VerticalScroll(id="settings-form"):
-                yield Label("Decoding", classes="section")
-                with Horizontal(classes="field"):
-                    yield Label("method", classes="field-name")
-                    yield Select(
-                        [(m, m) for m in METHODS],
-                        value=self.decoding.get("method", "sam+tr"),
-                        allow_blank=False,
-                        id="set-method",
-                    )
-                for key in DECODING_DEFAULTS:
-                    if key != "method":
-                        yield from self._field(key, self.decoding[key])
-                yield Label("Sampling", classes="section")
-                for key in SAMPLING_DEFAULTS:
-                    yield from self._field(key, self.sampling[key])
+                for title, cls in SECTIONS:
+                    yield Label(title, classes="section")
+                    values = self.values[cls]
+                    for knob in form_knobs(cls):
+                        yield from self._row(knob, values.get(knob.name, knob.default))
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Save (ctrl+s)", variant="primary", id="save")
                 yield Button("Cancel (esc)", id="cancel")
 
-    def _field(self, key: str, value: Any) -> ComposeResult:
+    def _row(self, knob: Knob, value: Any) -> ComposeResult:
         with Horizontal(classes="field"):
-            yield Label(key, classes="field-name")
-            yield Input(str(value), id=f"set-{key}", classes="field-input")
-            yield Label(HELP.get(key, ""), classes="field-help")
+            yield Label(knob.name, classes="field-name")
+            wid = f"set-{knob.name}"
+            if knob.choices:
+                options = [(c, c) for c in knob.choices]
+                yield Select(options, value=value, allow_blank=False, id=wid)
+            elif knob.type is bool:
+                yield Switch(bool(value), id=wid, classes="field-switch")
+            else:
+                hint = "random" if knob.optional else ""
+                yield Input(knob.text(value), placeholder=hint, id=wid, classes="field-input")
+            yield Label(knob.help, classes="field-help")
 
-    def _read(self, keys: list[str]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key in keys:
-            raw = self.query_one(f"#set-{key}", Input).value.strip()
-            try:
-                out[key] = int(raw)
-            except ValueError:
-                try:
-                    out[key] = float(raw)
-                except ValueError:
-                    raise ConfigError(f"{key}: {raw!r} is not a number") from None
-        return out
+    def _read(self, cls: type[Any]) -> dict[str, Any]:
+        """The form's values for `cls` (knobs without a row keep theirs), parsed and checked."""
+        values = dict(self.values[cls])
+        for knob in form_knobs(cls):
+            widget = self.query_one(f"#set-{knob.name}")
+            if isinstance(widget, Input):
+                values[knob.name] = knob.parse(widget.value)
+            elif isinstance(widget, (Select, Switch)):
+                values[knob.name] = widget.value
+        return to_mapping(from_mapping(cls, values))
 
     def action_save(self) -> None:
         try:
-            decoding = self._read([k for k in DECODING_DEFAULTS if k != "method"])
-            decoding["method"] = self.query_one("#set-method", Select).value
-            sampling = self._read(list(SAMPLING_DEFAULTS))
-            for key in ("temperature", "top_p"):  # "1" typed for a float knob is fine
-                sampling[key] = float(sampling[key])
-            result = (validate_decoding(decoding), validate_sampling(sampling))
-        except ConfigError as exc:
+            result = (self._read(DecodingConfig), self._read(SamplingParams))
+        except SamchatError as exc:
             self.notify(str(exc), severity="error", title="Settings")
             return
         self.dismiss(result)
