@@ -5,46 +5,62 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from samchat.cli_options import add_data_dir_option, add_model_options, spec_from_args
+from samchat.decoding.params import DecodingConfig, Knob, KnobError, SamplingParams, knob_of
 from samchat.errors import SamchatError
 
-METHODS = ("sam+tr", "sam", "tr", "plain")
+# The decoding and sampling options, in this order: (dataclass, knob name). Their help, defaults,
+# choices and allowed ranges are the knobs' (samchat/decoding/params.py).
+KNOB_OPTIONS = (
+    (SamplingParams, "max_new_tokens"),
+    (SamplingParams, "temperature"),
+    (SamplingParams, "top_p"),
+    (SamplingParams, "top_k"),
+    (SamplingParams, "seed"),
+    (SamplingParams, "stop"),
+    (DecodingConfig, "method"),
+)
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
+def _knob_type(knob: Knob) -> Callable[[str], Any]:
+    """An argparse `type`: the option's text parsed and checked by the knob's rules."""
+
+    def parse(text: str) -> Any:
+        try:
+            return knob.parse(text)
+        except KnobError as exc:
+            raise argparse.ArgumentTypeError(exc.problem) from None
+
+    parse.__name__ = knob.name  # argparse names it in "invalid <name> value"
+    return parse
 
 
-def _temperature(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def _probability(text: str) -> float:
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return value
+def _add_knob_option(parser: argparse.ArgumentParser, knob: Knob) -> None:
+    flag = "--" + knob.name.replace("_", "-")
+    text = knob.help.replace("%", "%%")
+    if knob.default not in (None, ()):
+        text += f" (default: {knob.text(knob.default)})"
+    if knob.type is tuple:  # one string per use of the option
+        element = replace(knob, type=str)
+        parser.add_argument(
+            flag, action="append", type=_knob_type(element), default=[], help=f"{text} (repeatable)"
+        )
+    elif knob.choices:
+        parser.add_argument(flag, choices=knob.choices, default=knob.default, help=text)
+    else:
+        parser.add_argument(flag, type=_knob_type(knob), default=knob.default, help=text)
 
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("ask", help="ask one question and stream the answer to stdout")
     parser.add_argument("prompt", help="the question; '-' reads it from standard input")
     parser.add_argument("--system", default=None, help="system prompt")
-    parser.add_argument("--max-new-tokens", type=_positive_int, default=512)
-    parser.add_argument("--temperature", type=_temperature, default=0.0, help="0 = greedy")
-    parser.add_argument("--top-p", type=_probability, default=1.0)
-    parser.add_argument("--top-k", type=int, default=0, help="0 = off")
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    parser.add_argument("--method", choices=METHODS, default="sam+tr", help="decoding method")
+    for cls, name in KNOB_OPTIONS:
+        _add_knob_option(parser, knob_of(cls, name))
     parser.add_argument("--stats", action="store_true", help="print decoding statistics")
     parser.add_argument("--no-save", action="store_true", help="do not save this chat")
     parser.add_argument("--chat", type=int, default=None, help="continue the chat with this id")
@@ -61,6 +77,7 @@ def _read_prompt(prompt: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from samchat.chat.record import ReplyRecorder
     from samchat.decoding import ChatSession, DecodingConfig, ReplyDone, SamplingParams, TextDelta
     from samchat.models import load_model
     from samchat.store import Store
@@ -93,8 +110,10 @@ def run(args: argparse.Namespace) -> int:
         )
         cancel = threading.Event()
         done: Any = None
+        recorder = ReplyRecorder()
         try:
             for event in session.generate(turn.messages, params, cancel):
+                recorder.observe(event)
                 if isinstance(event, TextDelta):
                     sys.stdout.write(event.text)
                     sys.stdout.flush()
@@ -114,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
                 turn,
                 done.text,
                 model=lm.name,
-                stats=done.stats,
+                stats=recorder.stats(done),
                 finish_reason=done.finish_reason,
             )
             if index is not None:

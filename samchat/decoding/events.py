@@ -8,11 +8,13 @@ from typing import Any
 
 @dataclass(frozen=True)
 class TextDelta:
-    """Newly committed text; sources[i] is the drafter of token_ids[i] ("plain" for a bonus)."""
+    """Newly committed text; sources[i] is the drafter of token_ids[i] ("plain" for a bonus),
+    and `pieces` cuts `text` by the drafter of the tokens that produced each character."""
 
     text: str
     token_ids: list[int]
     sources: list[str]
+    pieces: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,8 @@ class ReplyStats:
     prompt_tokens: int = 0
     reused_tokens: int = 0  # prompt tokens whose KV came from the previous call
     method: str = "plain"
+    # (characters, drafter) runs covering the reply text exactly, in order.
+    provenance: tuple[tuple[int, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +58,7 @@ class ReplyStats:
             "prompt_tokens": self.prompt_tokens,
             "reused_tokens": self.reused_tokens,
             "method": self.method,
+            "provenance": [[n, source] for n, source in self.provenance],
         }
 
 

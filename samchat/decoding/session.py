@@ -5,7 +5,6 @@ and it streams each reply with speculative decoding (or plain decoding) as event
 from __future__ import annotations
 
 import hashlib
-import importlib
 import logging
 import threading
 import time
@@ -22,6 +21,7 @@ from samchat.decoding.events import Event, ReplyDone, ReplyStats, StepStats, Tex
 from samchat.decoding.forward import ModelForward
 from samchat.decoding.kvcache import KVCache
 from samchat.decoding.params import DecodingConfig, SamplingParams
+from samchat.decoding.provenance import AttributedText
 from samchat.decoding.sampling import Sampler
 from samchat.decoding.textstream import IncrementalDetokenizer, StopMatcher
 from samchat.decoding.tree import DraftTree
@@ -337,6 +337,7 @@ class ChatSession:
         sampler = Sampler(params, self._device)
         detok = IncrementalDetokenizer(self._tok)
         stopper = StopMatcher(params.stop)
+        out = AttributedText(detok)  # who drafted each character of detok.text
         eos = self._eos
         pending = prompt[-1]
         produced = 0  # reply tokens (EOS excluded)
@@ -416,9 +417,10 @@ class ChatSession:
                     break
             toks = new[:take]
             srcs = sources[:take]
-            if stopper:
-                for k, t in enumerate(toks):
-                    detok.push([t])
+            # Token by token, so each character is credited to the drafter of its token.
+            for k, (t, src) in enumerate(zip(toks, srcs, strict=True)):
+                out.push(t, src)
+                if stopper:
                     stop_at = stopper.find(detok.text, searched)
                     searched = len(detok.text)
                     if stop_at != -1:
@@ -426,12 +428,10 @@ class ChatSession:
                         toks, srcs = toks[: k + 1], srcs[: k + 1]
                         produced -= take - (k + 1)
                         break
-            else:
-                detok.push(toks)
             for s in srcs:
                 accepted_by[s] = accepted_by.get(s, 0) + 1
             if finish is not None and finish != "stop":
-                detok.flush()
+                out.flush()
             text = detok.text
             if finish == "stop":
                 end = stop_at
@@ -442,16 +442,22 @@ class ChatSession:
             if toks or end > emitted:
                 if ttft == 0.0:
                     ttft = time.perf_counter() - t_start
-                yield TextDelta(text[emitted:end], toks, srcs)
+                yield TextDelta(
+                    text[emitted:end],
+                    toks,
+                    srcs,
+                    out.pieces(emitted, end),
+                )
                 emitted = max(emitted, end)
 
         for d in drafters:
             d.finish()
         if finish in ("cancelled", "context"):
-            detok.flush()  # the unfinished character and any stop-string hold-back
+            out.flush()  # the unfinished character and any stop-string hold-back
         final = detok.text[:stop_at] if finish == "stop" else detok.text
         if len(final) > emitted:
-            yield TextDelta(final[emitted:], [], [])
+            rest = final[emitted:]
+            yield TextDelta(rest, [], [], out.pieces(emitted, len(final)))
         seconds = time.perf_counter() - t_decode
         if n_plain:
             t1 = forward_plain / n_plain
@@ -473,6 +479,7 @@ class ChatSession:
             prompt_tokens=len(prompt),
             reused_tokens=reused,
             method=self.config.method,
+            provenance=tuple(out.provenance.runs(0, len(final))),
         )
         yield ReplyDone(final, finish, stats, notice)
 
@@ -496,9 +503,6 @@ def _make_static(index: Any, config: DecodingConfig) -> Drafter | None:
 
 
 def _make_recycling(lm: Any) -> Drafter | None:
-    try:
-        module = importlib.import_module("samchat.decoding.recycling")
-    except ImportError:
-        return None  # "tr" steps plainly, "sam+tr" uses SAM alone
-    drafter: Drafter = module.TokenRecyclingDrafter.for_model(lm)
-    return drafter
+    from samchat.decoding.recycling import TokenRecyclingDrafter
+
+    return TokenRecyclingDrafter.for_model(lm)

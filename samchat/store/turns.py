@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from samchat.store.store import Store
 
@@ -65,17 +66,20 @@ def finish_turn(
     reply: str,
     *,
     model: str | None = None,
-    stats: object = None,
+    stats: dict[str, Any] | None = None,
     finish_reason: str | None = None,
 ) -> int | None:
-    """Commit the reply under the question; returns its message id (None if not saved)."""
+    """Commit the reply under the question; returns its message id (None if not saved).
+    `stats` is samchat.chat.record's record, as the TUI stores it too."""
     if store is None or turn.chat_id is None or turn.user_message_id is None:
         return None
-    return store.add_message(
+    from samchat.chat.record import save_reply
+
+    return save_reply(
+        store,
         turn.chat_id,
-        "assistant",
-        reply,
         turn.user_message_id,
+        reply,
         model=model,
         stats=stats,
         finish_reason=finish_reason,

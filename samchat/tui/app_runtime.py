@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -13,10 +12,10 @@ from samchat.errors import SamchatError
 from samchat.tui import backend
 from samchat.tui.app_base import SamchatBase
 from samchat.tui.guard import guarded
-from samchat.tui.live_stats import LiveStats, stats_to_dict
+from samchat.tui.live_stats import LiveStats
 from samchat.tui.messages import MessageView
 from samchat.tui.prompt import PromptArea
-from samchat.tui.stats_bar import SPARK_POINTS, StatsBar
+from samchat.tui.stats_bar import StatsBar
 from samchat.tui.worker_messages import (
     IndexProgress,
     ModelFailed,
@@ -28,7 +27,6 @@ from samchat.tui.worker_messages import (
     ReplyFinished,
     ReplyJob,
     ReplyStep,
-    StoreImported,
 )
 
 if TYPE_CHECKING:
@@ -36,7 +34,7 @@ if TYPE_CHECKING:
 
 
 class SamchatRuntime(SamchatBase):
-    """Opens the store after the first frame, loads models and streams replies in workers."""
+    """Opens the store at mount, loads models and streams replies in workers."""
 
     def on_mount(self) -> None:
         for problem in self.theme_problems:
@@ -51,11 +49,9 @@ class SamchatRuntime(SamchatBase):
                 title="Config",
                 timeout=10,
             )
-        if "samchat.store" in sys.modules:
-            self.open_data()
-        else:  # importing sqlite-utils (and numpy) takes a while: not before the first frame
-            self.data_state = "opening"
-            self.import_store_worker()
+        # Opening an up-to-date database is a few SQLite reads (sqlite-utils is imported only
+        # when a migration runs: the very first start); a failure is a notice.
+        self.open_data()
         if self.lm is not None:
             indexer = self.indexer or self._make_indexer(self.lm)
             self._adopt_model(
@@ -67,15 +63,6 @@ class SamchatRuntime(SamchatBase):
         self.query_one("#prompt", PromptArea).focus()
         self.ready_at = time.perf_counter()
         self.ready_cpu = time.process_time()
-
-    @work(thread=True, group="store", exit_on_error=False)
-    def import_store_worker(self) -> None:
-        import samchat.store  # noqa: F401
-
-        self.post_message(StoreImported())
-
-    def on_store_imported(self, _: StoreImported) -> None:
-        self.open_data()
 
     def open_data(self) -> None:
         try:
@@ -157,28 +144,25 @@ class SamchatRuntime(SamchatBase):
         sampling: dict[str, Any],
     ) -> None:
         try:
+            from samchat.chat.record import ReplyRecorder
             from samchat.decoding.events import ReplyDone, StepStats, TextDelta
 
+            recorder = ReplyRecorder(job.live.started)
             for ev in gen.generate(messages, sampling, job.cancel):
+                now = time.perf_counter()
+                recorder.observe(ev, now)
                 if isinstance(ev, TextDelta):
-                    pieces = gen.pieces(list(ev.token_ids), list(ev.sources), ev.text)
+                    pieces = [(text, source) for text, source in ev.pieces]
                     self.post_message(
-                        ReplyDelta(
-                            job,
-                            ev.text,
-                            pieces,
-                            len(ev.token_ids),
-                            list(ev.sources),
-                            time.perf_counter(),
-                        )
+                        ReplyDelta(job, ev.text, pieces, len(ev.token_ids), list(ev.sources), now)
                     )
                 elif isinstance(ev, StepStats):
                     self.post_message(ReplyStep(job, ev.forward_s))
                 elif isinstance(ev, ReplyDone):
+                    # The stored record, built as `samchat ask` builds it (samchat.chat.record).
+                    stats = recorder.stats(ev)
                     self.post_message(
-                        ReplyFinished(
-                            job, ev.text, ev.finish_reason, stats_to_dict(ev.stats), ev.notice
-                        )
+                        ReplyFinished(job, ev.text, ev.finish_reason, stats, ev.notice)
                     )
                     return
             self.post_message(ReplyFailed(job, "the decoder stopped without finishing the reply"))
@@ -203,23 +187,10 @@ class SamchatRuntime(SamchatBase):
             self.job = None
         job.live.on_done(msg.stats)
         view = job.view
-        stats = dict(msg.stats)
-        stats["finish_reason"] = msg.finish_reason
-        stats["provenance"] = [[len(t), s] for t, s in view.spans]
-        stats["speed_trace"] = [round(x, 2) for x in job.live.speeds[-SPARK_POINTS:]]
+        stats = msg.stats  # the engine's figures and provenance; the streamed view matches them
         if msg.notice:
-            stats["notice"] = msg.notice
             self.notify(msg.notice, title="Context")
         text = msg.text
-        if text != view.content:
-            # The engine's final text is authoritative (e.g. a stop string trimmed).
-            view.content = text
-            view.spans = [[text, "plain"]] if not view.spans else view.spans
-            if "".join(t for t, _ in view.spans) != text:
-                view.spans = [[text, "plain"]]
-                stats["provenance"] = [[len(text), "plain"]]
-            if view.is_attached:
-                view.query_one(".msg-body").update(text)  # type: ignore[attr-defined]
         message_id: int | None = None
         if self.data is not None:
             try:

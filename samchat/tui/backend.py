@@ -34,7 +34,7 @@ class ChatData:
 
     @classmethod
     def open(cls, path: Path | None = None) -> ChatData:
-        from samchat.store import Store  # sqlite-utils takes a while to import: not at start-up
+        from samchat.store import Store
 
         try:
             return cls(Store.open(path))
@@ -107,8 +107,16 @@ class ChatData:
         stats: dict[str, Any],
         finish_reason: str,
     ) -> int:
-        return self.store.add_message(
-            chat_id, "assistant", content, parent_id, model, stats, finish_reason=finish_reason
+        from samchat.chat.record import save_reply
+
+        return save_reply(
+            self.store,
+            chat_id,
+            parent_id,
+            content,
+            model=model,
+            stats=stats,
+            finish_reason=finish_reason,
         )
 
     def conversation(self, chat_id: int, leaf_id: int) -> list[Message]:
@@ -193,38 +201,10 @@ class Generator:
     def generate(
         self, messages: list[Message], sampling: dict[str, Any], cancel: Any
     ) -> Iterator[Event]:
-        from samchat.decoding.params import SamplingParams
+        from samchat.decoding.params import SamplingParams, from_mapping
 
-        values = dict(sampling)
-        seed = values.pop("seed", -1)
-        params = SamplingParams(**values, seed=None if seed is None or seed < 0 else int(seed))
-        params.validate()
+        params = from_mapping(SamplingParams, sampling)  # checked; seed None = random
         yield from self.session().generate(messages, params, cancel)
-
-    def pieces(self, token_ids: list[int], sources: list[str], text: str) -> list[tuple[str, str]]:
-        """Split a delta's text per token so each piece carries its drafter.
-
-        Decodes growing prefixes (byte-level BPE can split a character across tokens); if the
-        pieces do not add up to the text, the whole delta goes to its most common drafter.
-        """
-        if len(set(sources)) <= 1:
-            return [(text, sources[0] if sources else "plain")]
-        tok = self.lm.tokenizer
-        out: list[tuple[str, str]] = []
-        prev = ""
-        last = len(sources) - 1
-        for i, src in enumerate(sources):
-            cur = tok.decode(token_ids[: i + 1], skip_special_tokens=True)
-            if cur.endswith("\ufffd") and i < last:
-                continue  # half a character: it goes with the token that completes it
-            if not cur.startswith(prev):
-                break
-            out.append((cur[len(prev) :], src))
-            prev = cur
-        else:
-            if prev == text:
-                return out
-        return [(text, max(set(sources), key=sources.count))]
 
 
 def start_indexer(

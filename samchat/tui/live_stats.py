@@ -79,19 +79,6 @@ class LiveStats:
         return {name: counts.get(name, 0) / total for name in DRAFTERS}
 
 
-def stats_to_dict(stats: Any) -> dict[str, Any]:
-    """ReplyStats (a dataclass) or a stored dict -> a plain dict."""
-    if stats is None:
-        return {}
-    if isinstance(stats, dict):
-        return dict(stats)
-    from dataclasses import asdict, is_dataclass
-
-    if is_dataclass(stats) and not isinstance(stats, type):
-        return asdict(stats)
-    return dict(vars(stats))
-
-
 def format_stats(stats: dict[str, Any]) -> str:
     """One line of figures for a finished reply."""
     if not stats:

@@ -156,6 +156,7 @@ class MessageView(Vertical, can_focus=True):
             self._stream = None
         self.message_id = message_id
         self.stats = stats
+        self.spans = self._stored_spans(self.content)  # the engine's provenance, as stored
         self.query_one(".msg-header", Static).update(self.header_text())
         if self.role == "assistant":
             self.query_one(".msg-provenance", Static).update(provenance_content(self.spans))

@@ -1,0 +1,59 @@
+"""The stored record of a reply: the engine's statistics and provenance, the finish reason, any
+notice and a short speed trace, built from the event stream the same way by every front end,
+and saved through one call (`save_reply`)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from samchat.decoding.events import Event, ReplyDone
+    from samchat.store import Store
+
+TRACE_POINTS = 60  # tokens/s samples kept with a reply (the TUI's sparkline shows them)
+
+
+@dataclass
+class ReplyRecorder:
+    """Watches one reply's events; `stats(done)` is what the store keeps for it."""
+
+    started: float = field(default_factory=time.perf_counter)
+    speeds: list[float] = field(default_factory=list)  # tokens/s of each committed chunk
+    _last: float = 0.0
+
+    def observe(self, event: Event, at: float | None = None) -> None:
+        from samchat.decoding.events import TextDelta
+
+        if not isinstance(event, TextDelta) or not event.token_ids:
+            return
+        now = time.perf_counter() if at is None else at
+        prev = self._last or self.started
+        if now > prev:
+            self.speeds.append(len(event.token_ids) / (now - prev))
+        self._last = now
+
+    def stats(self, done: ReplyDone) -> dict[str, Any]:
+        stats = done.stats.to_dict()
+        stats["finish_reason"] = done.finish_reason
+        stats["speed_trace"] = [round(x, 2) for x in self.speeds[-TRACE_POINTS:]]
+        if done.notice:
+            stats["notice"] = done.notice
+        return stats
+
+
+def save_reply(
+    store: Store,
+    chat_id: int,
+    parent_id: int,
+    text: str,
+    *,
+    model: str | None,
+    stats: dict[str, Any] | None,
+    finish_reason: str | None,
+) -> int:
+    """The one write path of a reply (the TUI and `samchat ask` both come here)."""
+    return store.add_message(
+        chat_id, "assistant", text, parent_id, model=model, stats=stats, finish_reason=finish_reason
+    )
