@@ -15,6 +15,7 @@ from typing import Any
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 CORE = Path("samchat", "sam", "automaton.py")
@@ -58,6 +59,23 @@ class BuildExtWithRecord(build_ext):
         record.write_text("\n".join(lines) + "\n")
 
 
+# The samchat-docs corpus pack is the project's own documentation, copied in at build time
+# (never by hand, so it cannot drift): source -> name in samchat/corpora/samchat-docs/.
+DOCS_PACK = Path("samchat", "corpora", "samchat-docs")
+DOCS = {Path("README.md"): "README.md", Path("docs", "ARCHITECTURE.md"): "ARCHITECTURE.md"}
+
+
+class BuildPyWithDocs(build_py):
+    """build_py that first copies the documentation into the samchat-docs corpus pack (in the
+    source tree, so editable installs and wheels both carry it; the copies are git-ignored)."""
+
+    def run(self) -> None:
+        for source, name in DOCS.items():
+            if (HERE / source).is_file():
+                (HERE / DOCS_PACK / name).write_bytes((HERE / source).read_bytes())
+        super().run()
+
+
 ext_modules = []
 if os.environ.get("SAMCHAT_NO_MYPYC", "") in ("", "0"):
     from mypyc.build import mypycify
@@ -66,4 +84,7 @@ if os.environ.get("SAMCHAT_NO_MYPYC", "") in ("", "0"):
     for ext in ext_modules:
         ext.optional = True  # a failed C build leaves the pure-Python fallback
 
-setup(ext_modules=ext_modules, cmdclass={"build_ext": BuildExtWithRecord})
+setup(
+    ext_modules=ext_modules,
+    cmdclass={"build_ext": BuildExtWithRecord, "build_py": BuildPyWithDocs},
+)
