@@ -22,10 +22,10 @@ PROMPTS = (
 
 
 async def _render(out: Path, size: tuple[int, int]) -> None:
+    from samchat.chat.config import Config
     from samchat.decoding.budget import CostCurve
     from samchat.models import load_model
     from samchat.tui.app import SamchatApp
-    from samchat.tui.config import Config
 
     lm = load_model()
     cfg = Config()

@@ -2,7 +2,7 @@
 
 This is the one declaration of every knob: each field carries its help text and its rules
 (bounds, choices) in its metadata, written with `knob()`. `validate()`, the config file
-(samchat.tui.config), the TUI's settings screen and `samchat ask` all read them from here
+(samchat.chat.config), the TUI's settings screen and `samchat ask` all read them from here
 through `knobs()`, `Knob.check()`/`Knob.parse()` and `from_mapping()`. Adding a knob is one
 line in a dataclass below plus the code that uses it.
 

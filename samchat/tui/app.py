@@ -12,8 +12,9 @@ from textual.binding import BindingType
 from textual.screen import Screen
 from textual.widgets import Input
 
+from samchat.chat import backend
+from samchat.chat.live_stats import LiveStats
 from samchat.errors import SamchatError
-from samchat.tui import backend
 from samchat.tui.app_runtime import SamchatRuntime
 from samchat.tui.code_blocks import code_blocks
 from samchat.tui.dialogs import ConfirmScreen, EditorScreen, InputScreen, PickScreen
@@ -21,7 +22,6 @@ from samchat.tui.guard import guarded
 from samchat.tui.help_screen import HelpScreen
 from samchat.tui.import_screen import ImportScreen
 from samchat.tui.keys import ACTIONS, app_bindings, binding_id
-from samchat.tui.live_stats import LiveStats
 from samchat.tui.messages import MessageView
 from samchat.tui.model_screen import ModelScreen
 from samchat.tui.settings_screen import SettingsScreen

@@ -12,12 +12,12 @@ from textual.containers import Horizontal, Vertical
 from textual.theme import Theme
 from textual.widgets import Button, Footer, Input, OptionList, Static
 
+from samchat.chat import backend
+from samchat.chat.config import Config, ConfigError, load_config, save_config
+from samchat.chat.live_stats import LiveStats
 from samchat.errors import SamchatError
-from samchat.tui import backend
 from samchat.tui.chat_view import ChatView
-from samchat.tui.config import Config, ConfigError, load_config, save_config
 from samchat.tui.guard import guarded
-from samchat.tui.live_stats import LiveStats
 from samchat.tui.messages import MessageView, legend_content
 from samchat.tui.prompt import PromptArea
 from samchat.tui.sidebar import Sidebar

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 from textual.widgets import Static
 
+from samchat.chat import backend
+from samchat.chat.live_stats import LiveStats
 from samchat.errors import SamchatError
-from samchat.tui import backend
 from samchat.tui.app_base import SamchatBase
 from samchat.tui.guard import guarded
-from samchat.tui.live_stats import LiveStats
 from samchat.tui.messages import MessageView
 from samchat.tui.prompt import PromptArea
 from samchat.tui.stats_bar import StatsBar

@@ -13,7 +13,7 @@ from textual.message import Message
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
-from samchat.tui.live_stats import format_stats
+from samchat.chat.live_stats import format_stats
 
 # Drafter -> theme variable used to colour its tokens (plain tokens stay uncoloured).
 PROVENANCE_STYLES = {"dyn": "$prov-dyn", "static": "$prov-static", "tr": "$prov-tr"}

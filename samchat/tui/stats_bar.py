@@ -7,8 +7,8 @@ from textual.containers import Horizontal
 from textual.content import Content
 from textual.widgets import Sparkline, Static
 
+from samchat.chat.live_stats import DRAFTERS, LiveStats
 from samchat.chat.record import TRACE_POINTS
-from samchat.tui.live_stats import DRAFTERS, LiveStats
 from samchat.tui.messages import PROVENANCE_STYLES
 
 SPARK_POINTS = TRACE_POINTS  # the live sparkline shows what a stored reply keeps

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
-from samchat.tui.live_stats import LiveStats
+from samchat.chat.live_stats import LiveStats
 from samchat.tui.messages import MessageView
 
 if TYPE_CHECKING:
+    from samchat.chat.backend import Generator
     from samchat.models.loader import LoadedModel
-    from samchat.tui.backend import Generator
 
 
 @dataclass

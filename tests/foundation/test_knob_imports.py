@@ -11,7 +11,7 @@ import sys
 import samchat.decoding.params
 from samchat.decoding import METHODS, DecodingConfig, SamplingParams
 from samchat.decoding.params import knobs
-import samchat.tui.config
+import samchat.chat.config
 assert knobs(DecodingConfig) and knobs(SamplingParams) and METHODS
 print(sorted(m for m in ("torch", "transformers") if m in sys.modules))
 from samchat.decoding import ChatSession  # the engine itself still loads on demand

@@ -13,16 +13,16 @@ import pytest
 from textual.widgets import Input, Label, Select, Switch
 from tui_helpers import wait_for
 
-from samchat.decoding.params import DecodingConfig, Knob, SamplingParams, knobs, to_mapping
-from samchat.tui import settings_screen
-from samchat.tui.app import SamchatApp
-from samchat.tui.config import (
+from samchat.chat.config import (
     Config,
     ConfigError,
     dumps_toml,
     load_config,
     save_config,
 )
+from samchat.decoding.params import DecodingConfig, Knob, SamplingParams, knobs, to_mapping
+from samchat.tui import settings_screen
+from samchat.tui.app import SamchatApp
 from samchat.tui.settings_screen import SettingsScreen
 
 # Knobs deliberately left out of the settings form, and why.

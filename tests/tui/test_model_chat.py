@@ -216,8 +216,8 @@ async def test_opening_another_chat_while_a_reply_streams(
 ) -> None:
     from tui_helpers import seed_chat
 
+    from samchat.chat.backend import Generator
     from samchat.decoding.events import TextDelta
-    from samchat.tui.backend import Generator
 
     # The reply is held after its first tokens until the other chat is open: however fast
     # the machine, the switch happens mid-stream (a 40-token reply could otherwise finish

@@ -288,7 +288,7 @@ asyncio.run(main())
 
 
 def test_config_round_trip(tmp_path: Path) -> None:
-    from samchat.tui.config import load_config, save_config
+    from samchat.chat.config import load_config, save_config
 
     cfg = fixed_config(
         theme="ember",

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from samchat.chat.config import ConfigError, from_toml_dict, load_config, validate_sampling
+from samchat.chat.live_stats import LiveStats, format_stats
 from samchat.tui.code_blocks import code_blocks
-from samchat.tui.config import ConfigError, from_toml_dict, load_config, validate_sampling
-from samchat.tui.live_stats import LiveStats, format_stats
 from samchat.tui.themes import ThemeFileError, load_themes, theme_from_dict
 
 

@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from samchat.chat.config import Config
 from samchat.store import Store
-from samchat.tui.config import Config
 
 
 def seed_chat(store: Store, title: str, turns: list[tuple[str, str]], **stats: Any) -> int:

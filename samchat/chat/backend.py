@@ -1,4 +1,4 @@
-"""The TUI's thin adapter over the library: store, model loading, decoding, import.
+"""The front ends' thin adapter over the library: store, model loading, decoding, import.
 
 No textual here. torch/transformers are imported lazily inside the functions that run in
 worker threads, so starting the UI stays fast.
