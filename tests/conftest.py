@@ -61,16 +61,18 @@ def _no_leaks() -> Iterator[None]:
     """Fail a test that leaves a thread (a worker, an indexer) or an open static index behind:
     such leftovers hold locks and CPU and made later tests stall."""
     before = set(threading.enumerate())
+    index = sys.modules.get("samchat.sam.index")
+    open_before = set(index.open_indexes()) if index is not None else set()
     yield
     deadline = time.monotonic() + 5.0  # a stopping thread gets a moment to end
     while (leaked := _leaked(before)) and time.monotonic() < deadline:
         time.sleep(0.02)
     problems = [f"thread {t.name!r} still running" for t in leaked]
     index = sys.modules.get("samchat.sam.index")
-    if index is not None and index.open_indexes():
+    if index is not None and set(index.open_indexes()) - open_before:
         gc.collect()  # an index the test dropped without close() is gone, not left open
-        for path in index.open_indexes():
+        for path in set(index.open_indexes()) - open_before:
             problems.append(f"static index {path} left open")
-        index.close_all()  # so one leak does not fail every later test too
+        index.close_all(keep=open_before)  # so one leak does not fail every later test too
     if problems:
         pytest.fail("the test leaked: " + "; ".join(problems), pytrace=False)

@@ -278,9 +278,12 @@ class BackgroundIndexer:
         return self.manager.index if self.manager is not None and self.ready.is_set() else None
 
     def drafting_view(self) -> FlushedView | None:
-        """The index for drafting from another thread; None until it is open and synced."""
-        index = self.index
-        return FlushedView(index) if index is not None else None
+        """The index for drafting from another thread; None until it is open and synced, and
+        again once the indexer has stopped (replies then draft without it)."""
+        manager = self.manager
+        if manager is None or not self.ready.is_set() or manager._index is None:
+            return None
+        return FlushedView(manager._index)
 
     def start(self) -> BackgroundIndexer:
         self._thread.start()
@@ -320,10 +323,13 @@ class BackgroundIndexer:
                 self._wake.clear()
                 if self._stop.is_set():
                     break
-                self.last_result = manager.sync(self.on_progress)
+                self.last_result = result = manager.sync(self.on_progress)
+                if result.added or result.removed:
+                    manager.index.warm()  # new segments (ours, merged or another process's)
         except Exception as exc:
             self._fail(exc)
         finally:
+            self.ready.clear()  # the index closes below: nobody may start drafting from it
             if self.manager is not None:
                 self.manager.close()
             store.close()

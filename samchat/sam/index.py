@@ -361,9 +361,11 @@ def open_indexes() -> list[Path]:
     return [index.directory for index in list(_OPEN)]
 
 
-def close_all() -> None:
+def close_all(keep: set[Path] | None = None) -> None:
+    """Close every open index (but those in the directories `keep`)."""
     for index in list(_OPEN):
-        index.close()
+        if not keep or index.directory not in keep:
+            index.close()
 
 
 class StaticIndex:
@@ -841,7 +843,8 @@ class StaticIndex:
 
     @staticmethod
     def _release(seg: Segment) -> None:
-        seg.sam = impl.SuffixAutomaton()
+        # seg.sam stays: a cursor another thread is building may still take it (it is freed
+        # with the last reference); only the map is closed, when no cursor reads it any more.
         seg.views = None
         if seg.mapping is not None:
             # A cursor may still read it; then the map closes with the cursor.

@@ -1,14 +1,12 @@
 """Numbered schema migrations and the runner that applies them.
 
-A migration is a function of a `sqlite_utils.Database` (as in simonw/llm): `table.create()`,
-`add_column()`, `create_index()`, `enable_fts()` and, for changes ALTER TABLE cannot make,
-`table.transform()`. Migration N is `MIGRATIONS[N - 1]`; the `schema_version` table records the
-versions applied. Each one runs in one transaction together with the bump of `schema_version`,
-so a database is always at exactly one known version. Never edit a released migration (the
-schema it builds must stay what older samchats built): add a new one.
-
-Plain SQL is kept where sqlite-utils cannot say the same thing: a CHECK constraint (`create()`
-has no parameter for one) and a partial index (`create_index()` has no WHERE).
+A migration is a function of a `sqlite_utils.Database` (as in simonw/llm): new ones use
+`table.create()`, `add_column()`, `create_index()`, `enable_fts()` and, for changes ALTER TABLE
+cannot make, `table.transform()`. Migration N is `MIGRATIONS[N - 1]`; the `schema_version` table
+records the versions applied. Each one runs in one transaction together with the bump of
+`schema_version`, so a database is always at exactly one known version. Never edit a released
+migration (the schema it builds must stay what older samchats built): add a new one. The
+released ones (1-3) are the SQL they shipped with, run through the same runner.
 
 sqlite-utils is imported only when a migration has to run: opening an up-to-date database (every
 start but the first) reads `schema_version` and nothing else.
@@ -30,23 +28,17 @@ Migration = Callable[["Database"], None]
 _FTS_TOKENIZER = "porter unicode61"
 
 
-def m001_chats_messages_documents(db: Database) -> None:
-    """The first schema: chats, branching messages, documents."""
-    db.table("chats").create(
-        {
-            "id": int,
-            "title": str,
-            "model": str,
-            "system_prompt": str,
-            "created_at": float,
-            "updated_at": float,
-        },
-        pk="id",
-        not_null={"title", "created_at", "updated_at"},
-    )
-    # Plain SQL: create() cannot declare the CHECK on role.
-    db.execute(
-        """CREATE TABLE messages (
+# 1: the first schema: chats, branching messages, documents.
+_V1 = [
+    """CREATE TABLE chats (
+        id INTEGER PRIMARY KEY,
+        title TEXT NOT NULL,
+        model TEXT,
+        system_prompt TEXT,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    )""",
+    """CREATE TABLE messages (
         id INTEGER PRIMARY KEY,
         chat_id INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
         parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
@@ -58,65 +50,81 @@ def m001_chats_messages_documents(db: Database) -> None:
         seconds REAL,
         mat REAL,
         speedup REAL
-    )"""
-    )
-    messages = db.table("messages")
-    messages.create_index(["chat_id", "id"], index_name="messages_chat")
-    messages.create_index(["parent_id"], index_name="messages_parent")
-    documents = db.table("documents").create(
-        {
-            "id": int,
-            "source": str,
-            "title": str,
-            "content_hash": str,
-            "kind": str,
-            "text": str,
-            "imported_at": float,
-            "token_count": int,
-        },
-        pk="id",
-        not_null={"source", "title", "content_hash", "kind", "text", "imported_at"},
-    )
-    # The same text is stored once (add_document's INSERT OR IGNORE relies on it).
-    documents.create_index(["content_hash"], index_name="documents_content_hash", unique=True)
+    )""",
+    "CREATE INDEX messages_chat ON messages(chat_id, id)",
+    "CREATE INDEX messages_parent ON messages(parent_id)",
+    """CREATE TABLE documents (
+        id INTEGER PRIMARY KEY,
+        source TEXT NOT NULL,
+        title TEXT NOT NULL,
+        content_hash TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL,
+        text TEXT NOT NULL,
+        imported_at REAL NOT NULL,
+        token_count INTEGER
+    )""",
+]
 
 
-def m002_full_text_search(db: Database) -> None:
-    """Full-text search over messages and documents: external-content FTS5 tables kept in step
-    by triggers, filled with the rows that already exist."""
-    db.table("messages").enable_fts(["content"], create_triggers=True, tokenize=_FTS_TOKENIZER)
-    db.table("documents").enable_fts(
-        ["title", "text"], create_triggers=True, tokenize=_FTS_TOKENIZER
-    )
+def _fts(table: str, columns: list[str]) -> list[str]:
+    """An external-content FTS5 table kept in step with `table` by triggers, then filled."""
+    cols = ", ".join(columns)
+    new = ", ".join(f"new.{c}" for c in columns)
+    old = ", ".join(f"old.{c}" for c in columns)
+    fts = f"{table}_fts"
+    return [
+        f"CREATE VIRTUAL TABLE {fts} USING fts5({cols}, content='{table}', content_rowid='id',"
+        " tokenize='porter unicode61')",
+        f"CREATE TRIGGER {table}_ai AFTER INSERT ON {table} BEGIN"
+        f" INSERT INTO {fts}(rowid, {cols}) VALUES (new.id, {new}); END",
+        f"CREATE TRIGGER {table}_ad AFTER DELETE ON {table} BEGIN"
+        f" INSERT INTO {fts}({fts}, rowid, {cols}) VALUES ('delete', old.id, {old}); END",
+        f"CREATE TRIGGER {table}_au AFTER UPDATE ON {table} BEGIN"
+        f" INSERT INTO {fts}({fts}, rowid, {cols}) VALUES ('delete', old.id, {old});"
+        f" INSERT INTO {fts}(rowid, {cols}) VALUES (new.id, {new}); END",
+        f"INSERT INTO {fts}({fts}) VALUES ('rebuild')",
+    ]
 
 
-def m003_stats_sources_corpora_indexes(db: Database) -> None:
-    """Full reply statistics, imported chats, bundled corpora, static indexes per tokenizer."""
-    messages = db.table("messages")
-    messages.add_column("tokens_per_s", float)
-    messages.add_column("steps", int)
-    messages.add_column("accepted_by_drafter", str)  # JSON {drafter: tokens}
-    messages.add_column("finish_reason", str)
-    messages.add_column("stats", str)  # JSON: every field the engine reported
-    chats = db.table("chats")
-    chats.add_column("source", str)  # e.g. chatgpt:<conversation id>
-    # Plain SQL: create_index() cannot make a partial index.
-    db.execute("CREATE UNIQUE INDEX chats_source ON chats(source) WHERE source IS NOT NULL")
-    chats.create_index(["updated_at"], index_name="chats_updated")
-    documents = db.table("documents")
-    documents.add_column("corpus", str)  # bundled corpus pack name, or NULL
-    documents.create_index(["corpus"], index_name="documents_corpus")
-    db.table("indexes").create(
-        {"fingerprint": str, "separator": int, "model": str, "updated_at": float},
-        pk="fingerprint",
-        not_null={"separator", "updated_at"},
-    )
+# 2: full-text search over messages and documents (backfills rows that already exist).
+_V2 = _fts("messages", ["content"]) + _fts("documents", ["title", "text"])
+
+# 3: full reply statistics, imported chats, bundled corpora, static indexes per tokenizer.
+_V3 = [
+    "ALTER TABLE messages ADD COLUMN tokens_per_s REAL",
+    "ALTER TABLE messages ADD COLUMN steps INTEGER",
+    "ALTER TABLE messages ADD COLUMN accepted_by_drafter TEXT",  # JSON {drafter: tokens}
+    "ALTER TABLE messages ADD COLUMN finish_reason TEXT",
+    "ALTER TABLE messages ADD COLUMN stats TEXT",  # JSON: every field the engine reported
+    "ALTER TABLE chats ADD COLUMN source TEXT",  # e.g. chatgpt:<conversation id>
+    "CREATE UNIQUE INDEX chats_source ON chats(source) WHERE source IS NOT NULL",
+    "CREATE INDEX chats_updated ON chats(updated_at)",
+    "ALTER TABLE documents ADD COLUMN corpus TEXT",  # bundled corpus pack name, or NULL
+    "CREATE INDEX documents_corpus ON documents(corpus)",
+    """CREATE TABLE indexes (
+        fingerprint TEXT PRIMARY KEY,
+        separator INTEGER NOT NULL,
+        model TEXT,
+        updated_at REAL NOT NULL
+    )""",
+]
 
 
+def _statements(statements: list[str], doc: str) -> Migration:
+    def run(db: Database) -> None:
+        for statement in statements:
+            db.execute(statement)
+
+    run.__doc__ = doc
+    return run
+
+
+# Released: 1-3 run the SQL they shipped with, so a new database gets exactly the schema older
+# samchats built (and every later migration meets one shape). New ones use sqlite-utils.
 MIGRATIONS: list[Migration] = [
-    m001_chats_messages_documents,
-    m002_full_text_search,
-    m003_stats_sources_corpora_indexes,
+    _statements(_V1, "chats, branching messages, documents"),
+    _statements(_V2, "full-text search over messages and documents"),
+    _statements(_V3, "reply statistics, imported chats, corpora, static indexes"),
 ]
 LATEST = len(MIGRATIONS)
 
@@ -149,8 +157,8 @@ def migrate(conn: sqlite3.Connection, target: int | None = None) -> int:
     Each step takes the write lock first (BEGIN IMMEDIATE) and re-reads the version, so two
     processes opening an old database at once apply every step exactly once. Foreign keys are
     off while the steps run (the pragma cannot change inside a transaction), so a transform() of
-    a table that others reference ON DELETE CASCADE drops no rows; `PRAGMA foreign_key_check`
-    must come back empty before a step commits.
+    a table that others reference ON DELETE CASCADE drops no rows; a step that breaks a link
+    `PRAGMA foreign_key_check` did not already report is rolled back.
     """
     latest = len(MIGRATIONS)
     target = latest if target is None else target
@@ -170,16 +178,16 @@ def migrate(conn: sqlite3.Connection, target: int | None = None) -> int:
         while True:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                db.table("schema_version").create(
-                    {"version": int, "applied_at": float},
-                    pk="version",
-                    not_null={"applied_at"},
-                    if_not_exists=True,
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_version "
+                    "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
                 )
                 version = current_version(conn)
                 if version >= target:
                     conn.execute("COMMIT")
                     return version
+                # Links a manual edit or an old bug already broke are not this step's doing.
+                broken = set(conn.execute("PRAGMA foreign_key_check").fetchall())
                 try:
                     MIGRATIONS[version](db)
                 except (sqlite3.Error, StoreError):
@@ -189,7 +197,13 @@ def migrate(conn: sqlite3.Connection, target: int | None = None) -> int:
                         f"cannot update the database to schema version {version + 1} "
                         f"({type(exc).__name__}: {exc}); it stays at version {version}"
                     ) from exc
-                if foreign_keys and conn.execute("PRAGMA foreign_key_check").fetchone():
+                if not conn.in_transaction:  # a step must not commit half of itself
+                    raise StoreError(
+                        f"schema step {version + 1} ended its transaction early; "
+                        "the database may be half updated: run `samchat db check`"
+                    )
+                now_broken = set(conn.execute("PRAGMA foreign_key_check").fetchall())
+                if foreign_keys and now_broken - broken:
                     raise StoreError(
                         f"updating the database to schema version {version + 1} would break "
                         f"links between its rows; it stays at version {version}"

@@ -122,6 +122,11 @@ class SamchatBase(App[None]):
         self.save_settings()
 
     def save_settings(self) -> None:
+        if self.config_problem:
+            # The file did not load: writing would replace the user's theme, keymap and model
+            # with the defaults in use. They fix the file; we keep our hands off it.
+            self.notify(f"{self.config_problem}: not saving settings over it", severity="warning")
+            return
         try:
             save_config(self.cfg, self.config_path)
         except SamchatError as exc:

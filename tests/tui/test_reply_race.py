@@ -21,9 +21,11 @@ pytestmark = pytest.mark.model
 
 
 class Gate:
-    """Blocks StaticIndex.flush (called with the indexer's lock held) until opened."""
+    """Once armed, blocks StaticIndex.flush (called with the indexer's lock held) until
+    opened."""
 
     def __init__(self) -> None:
+        self.armed = threading.Event()
         self.entered = threading.Event()
         self.opened = threading.Event()
 
@@ -31,8 +33,9 @@ class Gate:
         real = StaticIndex.flush
 
         def held_flush(index: StaticIndex) -> None:
-            self.entered.set()
-            self.opened.wait(120)
+            if self.armed.is_set():
+                self.entered.set()
+                self.opened.wait(120)
             real(index)
 
         monkeypatch.setattr(StaticIndex, "flush", held_flush)
@@ -58,17 +61,25 @@ async def test_a_reply_streams_while_the_indexer_is_busy(
     async with app.run_test(size=(120, 36)) as pilot:
         indexer = app.indexer
         assert indexer is not None
-        await wait_for(pilot, gate.entered.is_set, 60)  # the indexer now sits in a flush
+        # The first sync: replies draft from the index from now on.
+        await wait_for(pilot, indexer.ready.is_set, 60)
+        await wait_for(pilot, lambda: indexer.idle.is_set(), 60)
+        # A document arrives (as from an import) and the indexer is held inside its flush.
+        gate.armed.set()
+        doc = store.add_document("notes.txt", "Notes", "Suffix automata index substrings.", "text")
+        app.poke_indexer()
+        await wait_for(pilot, gate.entered.is_set, 60)
         app.prompt.focus()
         app.prompt.insert("Say hello.")
         await pilot.press("enter")
         # The whole reply streams and is stored while the indexer still holds its flush.
         await wait_for(pilot, lambda: app.replies_finished == 1, 60)
-        assert not gate.opened.is_set() and not indexer.ready.is_set()
+        assert not gate.opened.is_set()
+        assert app.generator is not None and app.generator.session().static_index is not None
         assert app.chat_id is not None
         (reply,) = [m for m in store.messages(app.chat_id) if m.role == "assistant"]
         assert reply.content.strip() and reply.finish_reason in ("eos", "length")
-        # Let the indexer finish: it catches up with the store, the new turn included.
+        # Let the indexer go on: it catches up with the store, the document and the new turn.
         gate.opened.set()
-        await wait_for(pilot, indexer.ready.is_set, 60)
         await wait_for(pilot, lambda: f"msg:{reply.id}" in indexer.index.document_ids(), 60)
+        assert f"doc:{doc}" in indexer.index.document_ids()
