@@ -17,13 +17,12 @@ import torch
 from samchat.decoding import fastpath
 from samchat.decoding.budget import AcceptanceModel, CostCurve, CostTracker, load_or_measure
 from samchat.decoding.drafter import PLAIN, Decision, Drafter, Selector
-from samchat.decoding.events import Event, ReplyDone, ReplyStats, StepStats, TextDelta
+from samchat.decoding.events import Event, StepStats
 from samchat.decoding.forward import ModelForward
 from samchat.decoding.kvcache import KVCache
 from samchat.decoding.params import DecodingConfig, SamplingParams
-from samchat.decoding.provenance import AttributedText
+from samchat.decoding.reply import Reply
 from samchat.decoding.sampling import Sampler
-from samchat.decoding.textstream import IncrementalDetokenizer, StopMatcher
 from samchat.decoding.tree import DraftTree
 from samchat.errors import SamchatError
 
@@ -314,174 +313,146 @@ class ChatSession:
         events, then one ReplyDone."""
         params = params or SamplingParams()
         params.validate()
+        reply, drafting = self._begin_reply(messages, params)
+        # Invariant: the cache holds every committed token but reply.pending.
+        while reply.finish is None:
+            budget = reply.budget(cancel, self.context_limit)
+            if budget is None:  # cancelled, or the context is full
+                break
+            step = self._step(reply, drafting, budget)
+            if step is None:  # the model rejected a tree mask: step again without a tree
+                continue
+            stats, new, sources = step
+            yield stats
+            delta = reply.commit(new, sources)
+            if delta is not None:
+                yield delta
+        yield from self._end_reply(reply, drafting)
+
+    def _begin_reply(
+        self, messages: list[Message], params: SamplingParams
+    ) -> tuple[Reply, _Drafting | None]:
+        """Fit and prefill the prompt, start the drafters."""
         t_start = time.perf_counter()
         prompt, notice = self._fit(messages, params)
         reused = self.prefill_tokens(prompt)
+        drafting = self._begin_drafting(prompt)
+        # Setup (drafters, a first cost-curve measurement) counts as prefill, not decoding.
+        t_decode = time.perf_counter()
+        sampler = Sampler(params, self._device)
+        reply = Reply(
+            self._tok,
+            params,
+            sampler,
+            prompt,
+            self._eos,
+            reused=reused,
+            notice=notice,
+            method=self.config.method,
+            t_start=t_start,
+            t_decode=t_decode,
+        )
+        return reply, drafting
 
+    def _begin_drafting(self, prompt: list[int]) -> _Drafting | None:
         dyn, static, aux = self._drafters()
         drafters = [d for d in (dyn, static, aux) if d is not None]
         for d in drafters:
             d.begin(prompt)
-        watchers = [d for d in drafters if d.wants_logits]
-        selector = None
-        if drafters:
-            if self._tracker is None:
-                self._tracker = CostTracker(self._curve_for_device())
-            tracker = self._tracker
-            selector = Selector(self.config, tracker.curve, self._acceptance, dyn, static, aux)
-            selector.trees_allowed = self.tree_reason is None
+        if not drafters:
+            return None
+        if self._tracker is None:
+            self._tracker = CostTracker(self._curve_for_device())
+        tracker = self._tracker
+        selector = Selector(self.config, tracker.curve, self._acceptance, dyn, static, aux)
+        selector.trees_allowed = self.tree_reason is None
+        return _Drafting(drafters, selector, tracker)
 
-        # Setup (drafters, a first cost-curve measurement) counts as prefill, not decoding.
-        t_decode = time.perf_counter()
-        prefill_s = t_decode - t_start
-        sampler = Sampler(params, self._device)
-        detok = IncrementalDetokenizer(self._tok)
-        stopper = StopMatcher(params.stop)
-        out = AttributedText(detok)  # who drafted each character of detok.text
-        eos = self._eos
-        pending = prompt[-1]
-        produced = 0  # reply tokens (EOS excluded)
-        committed = 0  # tokens committed by verification steps (EOS included), for MAT
-        steps = 0
-        emitted = 0  # characters of detok.text already sent
-        searched = 0  # characters of detok.text already searched for stop strings
-        accepted_by: dict[str, int] = {}
-        ttft = 0.0
-        finish: str | None = None
-        stop_at = -1
-        forward_plain = 0.0
-        n_plain = 0
+    def _step(
+        self, reply: Reply, drafting: _Drafting | None, budget: int
+    ) -> tuple[StepStats, list[int], list[str]] | None:
+        """Choose a draft, verify it in one forward, learn from the outcome. Returns the step's
+        stats, the accepted tokens (bonus included) and their drafters; None when the model
+        rejected a tree mask (tree drafts are off from then on)."""
+        tree: DraftTree | None = None
+        decision: Decision = PLAIN
+        # Now and then a plain step keeps the one-token forward time (the cost curve's
+        # unit and speedup_est's baseline) measured under the machine's current load.
+        if drafting is not None and budget > 0 and reply.steps % CALIBRATE_EVERY != 1:
+            tree, decision = drafting.selector.choose(budget)
+        t0 = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                ids, path, bonus, logits = self.verify_step(reply.pending, tree, reply.sampler)
+        except BaseException as exc:
+            self._restore()
+            if not isinstance(exc, Exception) or tree is None or tree.is_sequence:
+                raise
+            # The model rejected the 4D tree mask: sequence drafts from now on.
+            self.tree_reason = f"tree verification failed ({type(exc).__name__}: {exc})"
+            log.warning("tree drafts disabled: %s", self.tree_reason)
+            if drafting is not None:
+                drafting.selector.trees_allowed = False
+            return None
+        forward_s = time.perf_counter() - t0
+        reply.stepped(bonus, forward_s, plain=tree is None)
+        n_acc = len(path)
+        new = [ids[j] for j in path]
+        new.append(bonus)
+        sources = [decision.drafter] * n_acc if tree is not None else []
+        sources.append("plain")
+        if drafting is not None:
+            drafting.learn(decision, ids, logits, new, forward_s)
+        size = len(tree) if tree is not None else 0
+        return StepStats(decision.drafter, size, n_acc, forward_s), new, sources
 
-        while finish is None:
-            if cancel is not None and cancel.is_set():
-                finish = "cancelled"
-                break
-            room = self.context_limit - len(prompt) - produced  # tokens that still fit
-            if room <= 0:
-                finish = "context"
-                break
-            budget = min(params.max_new_tokens - produced - 1, room - 1)
-            tree: DraftTree | None = None
-            decision: Decision = PLAIN
-            # Now and then a plain step keeps the one-token forward time (the cost curve's
-            # unit and speedup_est's baseline) measured under the machine's current load.
-            if selector is not None and budget > 0 and steps % CALIBRATE_EVERY != 1:
-                tree, decision = selector.choose(budget)
-            t0 = time.perf_counter()
-            try:
-                with torch.inference_mode():
-                    ids, path, bonus, logits = self.verify_step(pending, tree, sampler)
-            except BaseException as exc:
-                self._restore()
-                if not isinstance(exc, Exception) or tree is None or tree.is_sequence:
-                    raise
-                # The model rejected the 4D tree mask: sequence drafts from now on.
-                self.tree_reason = f"tree verification failed ({type(exc).__name__}: {exc})"
-                log.warning("tree drafts disabled: %s", self.tree_reason)
-                if selector is not None:
-                    selector.trees_allowed = False
-                continue
-            forward_s = time.perf_counter() - t0
-            steps += 1
-            if selector is not None and tracker.record(len(ids), forward_s):
-                selector.curve = tracker.curve
-            if tree is None:
-                forward_plain += forward_s
-                n_plain += 1
-            n_acc = len(path)
-            new = [ids[j] for j in path]
-            new.append(bonus)
-            sources = [decision.drafter] * n_acc if tree is not None else []
-            sources.append("plain")
-            if selector is not None:
-                selector.feedback(decision, n_acc)
-                for d in drafters:
-                    d.advance(new)
-                for d in watchers:
-                    d.observe(ids, logits)
-            pending = bonus
-            size = len(tree) if tree is not None else 0
-            yield StepStats(decision.drafter, size, n_acc, forward_s)
-
-            # Commit the new tokens one by one exactly as plain decoding would have.
-            take = 0
-            for t in new:
-                committed += 1
-                if t in eos:
-                    finish = "eos"
-                    break
-                take += 1
-                produced += 1
-                if produced >= params.max_new_tokens:
-                    finish = "length"
-                    break
-            toks = new[:take]
-            srcs = sources[:take]
-            # Token by token, so each character is credited to the drafter of its token.
-            for k, (t, src) in enumerate(zip(toks, srcs, strict=True)):
-                out.push(t, src)
-                if stopper:
-                    stop_at = stopper.find(detok.text, searched)
-                    searched = len(detok.text)
-                    if stop_at != -1:
-                        finish = "stop"
-                        toks, srcs = toks[: k + 1], srcs[: k + 1]
-                        produced -= take - (k + 1)
-                        break
-            for s in srcs:
-                accepted_by[s] = accepted_by.get(s, 0) + 1
-            if finish is not None and finish != "stop":
-                out.flush()
-            text = detok.text
-            if finish == "stop":
-                end = stop_at
-            elif stopper and finish is None:
-                end = stopper.safe_len(text)
-            else:
-                end = len(text)
-            if toks or end > emitted:
-                if ttft == 0.0:
-                    ttft = time.perf_counter() - t_start
-                yield TextDelta(
-                    text[emitted:end],
-                    toks,
-                    srcs,
-                    out.pieces(emitted, end),
-                )
-                emitted = max(emitted, end)
-
-        for d in drafters:
-            d.finish()
-        if finish in ("cancelled", "context"):
-            out.flush()  # the unfinished character and any stop-string hold-back
-        final = detok.text[:stop_at] if finish == "stop" else detok.text
-        if len(final) > emitted:
-            rest = final[emitted:]
-            yield TextDelta(rest, [], [], out.pieces(emitted, len(final)))
-        seconds = time.perf_counter() - t_decode
-        if n_plain:
-            t1 = forward_plain / n_plain
+    def _end_reply(self, reply: Reply, drafting: _Drafting | None) -> Iterator[Event]:
+        if drafting is not None:
+            for d in drafting.drafters:
+                d.finish()
+        tail = reply.close()
+        if tail is not None:
+            yield tail
+        seconds = time.perf_counter() - reply.t_decode
+        # The one-token forward time after `seconds`: a calibration forward is no decoding.
+        if reply.n_plain:
+            t1 = reply.forward_plain / reply.n_plain
             self._t1 = t1 if self._t1 is None else 0.7 * self._t1 + 0.3 * t1
-        elif self._t1 is None and finish != "cancelled":
-            self._t1 = self._calibrate(pending)
-        t1_est = self._t1 or 0.0
-        speedup = committed * t1_est / seconds if seconds > 0 and t1_est > 0 else 1.0
-        stats = ReplyStats(
-            tokens=produced,
-            seconds=seconds,
-            tokens_per_s=produced / seconds if seconds > 0 else 0.0,
-            steps=steps,
-            mat=committed / steps if steps else 0.0,
-            accepted_by_drafter=accepted_by,
-            speedup_est=speedup,
-            prefill_s=prefill_s,
-            ttft_s=ttft,
-            prompt_tokens=len(prompt),
-            reused_tokens=reused,
-            method=self.config.method,
-            provenance=tuple(out.provenance.runs(0, len(final))),
-        )
-        yield ReplyDone(final, finish, stats, notice)
+        elif self._t1 is None and reply.finish != "cancelled":
+            self._t1 = self._calibrate(reply.pending)
+        yield reply.done(seconds, self._t1 or 0.0)
+
+
+class _Drafting:
+    """The drafters of one reply and the selector that picks each step's draft."""
+
+    __slots__ = ("drafters", "selector", "tracker", "watchers")
+
+    def __init__(self, drafters: list[Drafter], selector: Selector, tracker: CostTracker) -> None:
+        self.drafters = drafters
+        self.watchers = [d for d in drafters if d.wants_logits]
+        self.selector = selector
+        self.tracker = tracker
+
+    def learn(
+        self,
+        decision: Decision,
+        ids: list[int],
+        logits: torch.Tensor,
+        new: list[int],
+        forward_s: float,
+    ) -> None:
+        """After a verified step: its cost, how much of the draft was accepted, the tokens
+        committed (bonus included) and, for the drafters that want them, the logits."""
+        tracker = self.tracker
+        selector = self.selector
+        if tracker.record(len(ids), forward_s):
+            selector.curve = tracker.curve
+        selector.feedback(decision, len(new) - 1)  # the draft tokens accepted
+        for d in self.drafters:
+            d.advance(new)
+        for d in self.watchers:
+            d.observe(ids, logits)
 
 
 def _make_dynamic() -> Drafter | None:
