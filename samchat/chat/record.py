@@ -5,8 +5,9 @@ and saved through one call (`save_reply`)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from samchat.chat.live_stats import LiveStats
 
 if TYPE_CHECKING:
     from samchat.decoding.events import Event, ReplyDone
@@ -15,29 +16,24 @@ if TYPE_CHECKING:
 TRACE_POINTS = 60  # tokens/s samples kept with a reply (the TUI's sparkline shows them)
 
 
-@dataclass
 class ReplyRecorder:
-    """Watches one reply's events; `stats(done)` is what the store keeps for it."""
+    """Watches one reply's events; `stats(done)` is what the store keeps for it. The speed
+    trace is LiveStats' (what the TUI's sparkline shows while the reply streams)."""
 
-    started: float = field(default_factory=time.perf_counter)
-    speeds: list[float] = field(default_factory=list)  # tokens/s of each committed chunk
-    _last: float = 0.0
+    def __init__(self, started: float | None = None) -> None:
+        self.live = LiveStats(time.perf_counter() if started is None else started)
 
     def observe(self, event: Event, at: float | None = None) -> None:
         from samchat.decoding.events import TextDelta
 
-        if not isinstance(event, TextDelta) or not event.token_ids:
-            return
-        now = time.perf_counter() if at is None else at
-        prev = self._last or self.started
-        if now > prev:
-            self.speeds.append(len(event.token_ids) / (now - prev))
-        self._last = now
+        if isinstance(event, TextDelta) and event.token_ids:
+            now = time.perf_counter() if at is None else at
+            self.live.on_delta(len(event.token_ids), list(event.sources), now)
 
     def stats(self, done: ReplyDone) -> dict[str, Any]:
         stats = done.stats.to_dict()
         stats["finish_reason"] = done.finish_reason
-        stats["speed_trace"] = [round(x, 2) for x in self.speeds[-TRACE_POINTS:]]
+        stats["speed_trace"] = [round(x, 2) for x in self.live.speeds[-TRACE_POINTS:]]
         if done.notice:
             stats["notice"] = done.notice
         return stats

@@ -7,6 +7,8 @@ whole character), so the front ends only render and store what it reports.
 
 from __future__ import annotations
 
+import bisect
+
 from samchat.decoding.textstream import IncrementalDetokenizer
 
 Run = tuple[int, str]  # (characters, drafter): "dyn" | "static" | "tr" | "plain"
@@ -16,30 +18,33 @@ class Provenance:
     """Runs over a growing text, adjacent runs of one drafter merged."""
 
     def __init__(self) -> None:
-        self._runs: list[list[int | str]] = []
+        self._starts: list[int] = []  # where each run starts: runs() bisects, not walks
+        self._sizes: list[int] = []
+        self._sources: list[str] = []
         self.length = 0
 
     def add(self, chars: int, source: str) -> None:
         if chars <= 0:
             return
-        self.length += chars
-        if self._runs and self._runs[-1][1] == source:
-            self._runs[-1][0] = int(self._runs[-1][0]) + chars
+        if self._sources and self._sources[-1] == source:
+            self._sizes[-1] += chars
         else:
-            self._runs.append([chars, source])
+            self._starts.append(self.length)
+            self._sizes.append(chars)
+            self._sources.append(source)
+        self.length += chars
 
     def runs(self, start: int = 0, end: int | None = None) -> list[Run]:
-        """The runs clipped to text[start:end]."""
+        """The runs clipped to text[start:end] (each delta asks for its own short range)."""
         stop = self.length if end is None else min(end, self.length)
         out: list[Run] = []
-        pos = 0
-        for n, source in self._runs:
-            a, b = max(pos, start), min(pos + int(n), stop)
+        i = max(bisect.bisect_right(self._starts, start) - 1, 0)
+        while i < len(self._starts) and self._starts[i] < stop:
+            a = max(self._starts[i], start)
+            b = min(self._starts[i] + self._sizes[i], stop)
             if a < b:
-                out.append((b - a, str(source)))
-            pos += int(n)
-            if pos >= stop:
-                break
+                out.append((b - a, self._sources[i]))
+            i += 1
         return out
 
 

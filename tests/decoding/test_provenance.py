@@ -40,3 +40,25 @@ def test_real_tokens_are_credited_whole_characters(default_lm: Any) -> None:
     runs = out.provenance.runs()
     assert out.text == emoji and sum(n for n, _ in runs) == len(emoji)
     assert runs[-1] == (len(" 鬱"), "tr")
+
+
+def test_runs_match_a_per_character_reference() -> None:
+    import random
+
+    rng = random.Random(7)
+    prov = Provenance()
+    chars: list[str] = []  # the drafter of each character
+    for _ in range(300):
+        n, source = rng.randrange(0, 4), rng.choice(["dyn", "static", "tr", "plain"])
+        prov.add(n, source)
+        chars.extend([source] * n)
+    for _ in range(300):
+        a = rng.randrange(0, len(chars) + 1)
+        b = rng.randrange(a, len(chars) + 2)
+        expect: list[tuple[int, str]] = []
+        for source in chars[a:b]:
+            if expect and expect[-1][1] == source:
+                expect[-1] = (expect[-1][0] + 1, source)
+            else:
+                expect.append((1, source))
+        assert prov.runs(a, b) == expect
