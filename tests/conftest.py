@@ -25,7 +25,8 @@ if "SAMCHAT_MODEL_CACHE" not in os.environ:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that takes the real model is a `model` test (`make test-fast` leaves them out)."""
     for item in items:
-        if "default_lm" in getattr(item, "fixturenames", ()):
+        names = getattr(item, "fixturenames", ())
+        if "default_lm" in names or "gguf_lm" in names:
             item.add_marker(pytest.mark.model)
 
 
@@ -41,10 +42,21 @@ def _isolated_dirs(
 
 @pytest.fixture(scope="session")
 def default_lm() -> Iterator[object]:
-    """The real default model (SmolLM2-135M-Instruct), loaded once."""
+    """The real default model (SmolLM2-135M-Instruct) on the torch engine, loaded once."""
     from samchat.models import load_model
+    from samchat.models.loader import ModelSpec
 
-    yield load_model()
+    yield load_model(ModelSpec(engine="torch"))
+
+
+@pytest.fixture(scope="session")
+def gguf_lm() -> Iterator[object]:
+    """The real default model run by llama.cpp straight from its bundled Q4_1 GGUF. `make setup`
+    builds llama-cpp-python: a missing build fails these tests rather than skipping them."""
+    from samchat.models import load_model
+    from samchat.models.loader import ModelSpec
+
+    yield load_model(ModelSpec(engine="llamacpp"))
 
 
 def _leaked(before: set[threading.Thread]) -> list[threading.Thread]:

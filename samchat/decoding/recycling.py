@@ -92,7 +92,7 @@ class TokenRecyclingDrafter(Drafter):
     def for_model(cls, lm: Any) -> TokenRecyclingDrafter:
         from samchat.paths import cache_dir
 
-        vocab = int(lm.model.config.vocab_size)
+        vocab = int(lm.vocab_size)
         ident = f"{getattr(lm, 'source', '')}|{getattr(lm, 'name', '')}|{vocab}"
         digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
         return cls(vocab, K, cache_dir() / "token_recycling" / f"{digest}.npy")

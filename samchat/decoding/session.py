@@ -4,26 +4,22 @@ and it streams each reply with speculative decoding (or plain decoding) as event
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 
-from samchat.decoding import fastpath
-from samchat.decoding.budget import AcceptanceModel, CostCurve, CostTracker, load_or_measure
+from samchat.decoding.budget import AcceptanceModel, CostCurve, CostTracker
 from samchat.decoding.drafter import PLAIN, Decision, Drafter, Selector
 from samchat.decoding.events import Event, StepStats
-from samchat.decoding.forward import ModelForward
-from samchat.decoding.kvcache import KVCache
 from samchat.decoding.params import DecodingConfig, SamplingParams
 from samchat.decoding.reply import Reply
 from samchat.decoding.sampling import Sampler
 from samchat.decoding.tree import DraftTree
+from samchat.engines import Engine, open_engine
 from samchat.errors import SamchatError
 
 log = logging.getLogger(__name__)
@@ -32,8 +28,6 @@ Message = dict[str, str]
 
 PREFILL_CHUNK = 2048
 CALIBRATE_EVERY = 48
-# Per model object and device, weakly: an id() key could be reused by a later model.
-_CURVES: weakref.WeakKeyDictionary[Any, dict[str, CostCurve]] = weakref.WeakKeyDictionary()
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -57,26 +51,15 @@ class ChatSession:
         self.lm = lm
         self.config = config or DecodingConfig()
         self.config.validate()
-        self._model = lm.model
         self._tok = lm.tokenizer
-        self._device: torch.device = lm.device
+        self._engine: Engine = open_engine(lm)
+        self._device: torch.device = self._engine.device
         self._eos = frozenset(int(i) for i in lm.eos_ids)
-        self._kv = KVCache(self._model)
-        self._fwd = ModelForward(self._model)
         self._cached: list[int] = []  # the tokens whose keys/values the cache holds, in order
-        limit: Any = getattr(lm, "context_limit", None)
-        if limit is None:
-            limit = getattr(self._model.config, "max_position_embeddings", None) or 2048
-        self.context_limit = int(limit)
-        self._dtype = next(self._model.parameters()).dtype
+        self.context_limit = int(lm.context_limit)
         # Why drafting is limited on this model (None = trees and sequences both work).
-        self.tree_reason: str | None = None
-        self.plain_reason: str | None = None
-        impl = str(getattr(self._model.config, "_attn_implementation", None) or "eager")
-        if not self._kv.compactable:
-            self.plain_reason = "its KV cache layers (sliding window or other) cannot be compacted"
-        elif impl not in ("eager", "sdpa", fastpath.ATTN_NAME):
-            self.tree_reason = f"attention implementation {impl!r} takes no 4D tree mask"
+        self.tree_reason: str | None = self._engine.tree_reason
+        self.plain_reason: str | None = self._engine.plain_reason
         for reason in (self.plain_reason, self.tree_reason):
             if reason:
                 log.info("%s: %s", getattr(lm, "name", "model"), reason)
@@ -109,9 +92,13 @@ class ChatSession:
     def cached_tokens(self) -> int:
         return len(self._cached)
 
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
     def reset(self) -> None:
         """Forget the KV cache (the next call prefills everything)."""
-        self._kv.reset()
+        self._engine.reset()
         self._cached = []
 
     # -- prompt -------------------------------------------------------------------------------
@@ -158,21 +145,11 @@ class ChatSession:
 
     # -- model calls --------------------------------------------------------------------------
 
-    def _forward(
-        self,
-        ids: list[int],
-        mask: torch.Tensor | None = None,
-        pos: torch.Tensor | None = None,
-        last_only: bool = False,
-    ) -> torch.Tensor:
-        inp = torch.tensor([ids], dtype=torch.long, device=self._device)
-        return self._fwd(inp, self._kv.cache, mask, pos, last_only)
-
     def _restore(self) -> None:
         """After a failed forward the layers may hold different row counts: cut them back."""
         try:
-            self._kv.crop(len(self._cached))
-            if self._kv.length != len(self._cached):
+            self._engine.crop(len(self._cached))
+            if self._engine.length != len(self._cached):
                 raise RuntimeError("cache length mismatch")
         except Exception:
             self.reset()
@@ -181,14 +158,13 @@ class ChatSession:
         """Make the cache hold prompt[:-1]; returns how many tokens were reused."""
         keep = min(common_prefix(self._cached, prompt), len(prompt) - 1)
         try:
-            with torch.inference_mode():
-                self._kv.crop(keep)
-                del self._cached[keep:]
-                rest = prompt[keep:-1]
-                for i in range(0, len(rest), PREFILL_CHUNK):
-                    chunk = rest[i : i + PREFILL_CHUNK]
-                    self._forward(chunk, last_only=True)
-                    self._cached.extend(chunk)
+            self._engine.crop(keep)
+            del self._cached[keep:]
+            rest = prompt[keep:-1]
+            for i in range(0, len(rest), PREFILL_CHUNK):
+                chunk = rest[i : i + PREFILL_CHUNK]
+                self._engine.prefill(chunk)
+                self._cached.extend(chunk)
         except BaseException:
             self._restore()
             raise
@@ -199,36 +175,22 @@ class ChatSession:
         (what the first reply token is chosen from). Leaves the cache holding the prompt."""
         prompt = self.render(messages)
         self.prefill_tokens(prompt)
-        with torch.inference_mode():
-            logits = self._forward([prompt[-1]])[-1].clone()
+        logits = self._engine.forward([prompt[-1]])[-1].clone()
         self._cached.append(prompt[-1])
         return logits
 
     def _curve_for_device(self) -> CostCurve:
         if self._curve is None:
-            per_device = _CURVES.setdefault(self._model, {})
-            key = str(self._device)
-            curve = per_device.get(key)
-            if curve is None:
-                from samchat.paths import cache_dir
-
-                ident = f"{getattr(self.lm, 'source', '')}|{getattr(self.lm, 'name', '')}"
-                ident += f"|{self._device}|{self._dtype}"
-                digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
-                path = cache_dir() / "costs" / f"{digest}.json"
-                curve = load_or_measure(self._model, self._device, path)
-                per_device[key] = curve
-            self._curve = curve
+            self._curve = self._engine.cost_curve()
         return self._curve
 
     def _calibrate(self, pending: int) -> float:
         """Time one single-token forward (then drop its row): the plain-decoding step cost."""
         n = len(self._cached)
-        with torch.inference_mode():
-            t0 = time.perf_counter()
-            self._forward([pending])
-            dt = time.perf_counter() - t0
-            self._kv.crop(n)
+        t0 = time.perf_counter()
+        self._engine.forward([pending])
+        dt = time.perf_counter() - t0
+        self._engine.crop(n)
         return dt
 
     # -- drafters -----------------------------------------------------------------------------
@@ -260,16 +222,14 @@ class ChatSession:
         """One forward over [pending] + draft; commits pending and the accepted path to the
         cache. Returns (input ids, accepted input indices, bonus token, logits)."""
         n_cached = len(self._cached)
-        mask = pos = None
+        layout = None
         if tree is None:
             ids = [pending]
         else:
             ids = [pending, *tree.tokens]
             if not tree.is_sequence:
-                lay = tree.layout()
-                mask = lay.attention_mask(n_cached, self._dtype, self._device)
-                pos = lay.position_ids(n_cached, self._device)
-        logits = self._forward(ids, mask, pos)
+                layout = tree.layout()
+        logits = self._engine.forward(ids, layout)
         choose: Callable[[int], int]
         if sampler.greedy:
             # Only the rows the walk visits: an argmax over every row of a big tree costs
@@ -284,7 +244,7 @@ class ChatSession:
         if tree is None:
             path: list[int] = []
             bonus = choose(0)
-        elif mask is None:  # a sequence: accept while the model agrees
+        elif layout is None:  # a sequence: accept while the model agrees
             toks = tree.tokens
             m = len(toks)
             j = 0
@@ -297,8 +257,8 @@ class ChatSession:
                 break
             path = list(range(1, j + 1))
         else:
-            path, bonus = tree.layout().walk(choose)
-        self._kv.compact(n_cached, [0, *path])
+            path, bonus = layout.walk(choose)
+        self._engine.commit(n_cached, [0, *path])
         self._cached.append(pending)
         self._cached.extend(ids[j] for j in path)
         return ids, path, bonus, logits

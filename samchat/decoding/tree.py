@@ -58,11 +58,12 @@ class TreeLayout:
     """Verification input for `[pending] + draft`: input index 0 is the pending committed token
     (not yet in the KV cache), input index i + 1 is draft node i."""
 
-    __slots__ = ("children", "cols", "depths", "n", "rows")
+    __slots__ = ("children", "cols", "depths", "n", "parents", "rows")
 
     def __init__(self, tokens: list[int], parents: list[int]) -> None:
         n = len(tokens) + 1
         self.n = n
+        self.parents = [-1] + [p + 1 for p in parents]  # input index of each input's parent
         depths = [0] * n
         # children[j]: token -> input index of the child, for input index j
         children: list[dict[int, int]] = [{} for _ in range(n)]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from samchat.errors import ModelLoadError
-from samchat.models.default import DEFAULT_MODEL_NAME, default_model_dir
+from samchat.models.default import DEFAULT_MODEL_NAME, bundled_gguf, default_model_dir
 from samchat.models.device import resolve_device, resolve_dtype
 
 Progress = Callable[[str], None]
@@ -26,6 +26,7 @@ class ModelSpec:
     dtype: str = "auto"
     quantize: str | None = None
     trust_remote_code: bool = False
+    engine: str = "auto"  # samchat.engines.ENGINES
 
 
 @dataclass
@@ -39,11 +40,20 @@ class LoadedModel:
     source: str = ""
     dtype: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    engine: str = "torch"  # which samchat.engines implementation runs `model`
 
     @property
     def context_limit(self) -> int:
+        if self.engine == "llamacpp":
+            return int(self.model.n_ctx_train)
         limit = getattr(self.model.config, "max_position_embeddings", None)
         return int(limit) if limit else 2048
+
+    @property
+    def vocab_size(self) -> int:
+        if self.engine == "llamacpp":
+            return int(self.model.n_vocab)
+        return int(self.model.config.vocab_size)
 
 
 def _noop(_: str) -> None:
@@ -64,8 +74,11 @@ class _Resolved:
     local: bool
 
 
-def _resolve_source(spec: ModelSpec, progress: Progress) -> _Resolved:
+def _resolve_source(spec: ModelSpec, progress: Progress, engine: str = "torch") -> _Resolved:
     if spec.source is None:
+        if engine == "llamacpp":  # llama.cpp runs the bundled GGUF itself: no conversion
+            gguf = bundled_gguf()
+            return _Resolved(str(gguf.parent), gguf.name, DEFAULT_MODEL_NAME, True)
         return _Resolved(str(default_model_dir(progress)), None, DEFAULT_MODEL_NAME, True)
     src = spec.source
     path = Path(src).expanduser()
@@ -176,11 +189,52 @@ def _quantization_config(spec: ModelSpec, device_type: str) -> Any:
     return BitsAndBytesConfig(load_in_8bit=True)
 
 
+def choose_engine(spec: ModelSpec) -> str:
+    """The engine that will run spec: `auto` takes llama.cpp for a GGUF model (the bundled
+    default included) on a CPU when llama-cpp-python is installed, torch otherwise."""
+    from samchat.engines import ENGINES
+
+    if spec.engine not in ENGINES:
+        raise ModelLoadError(f"unknown engine {spec.engine!r}; use one of {', '.join(ENGINES)}")
+    gguf = spec.source is None or spec.source.lower().endswith(".gguf")
+    if spec.engine == "torch":
+        return "torch"
+    from samchat.engines.llamacpp_model import unavailable_reason
+
+    if spec.engine == "llamacpp":
+        if not gguf:
+            raise ModelLoadError(
+                f"the llama.cpp engine runs .gguf files; {spec.source} is not one "
+                "(use --engine torch, or pass a .gguf file)"
+            )
+        if spec.device not in ("auto", "cpu"):
+            raise ModelLoadError(
+                f"the llama.cpp engine runs on the CPU here; drop --device {spec.device} "
+                "or use --engine torch"
+            )
+        if spec.dtype != "auto" or spec.quantize:
+            raise ModelLoadError(
+                "the llama.cpp engine runs the GGUF file's own types; --dtype and --quantize "
+                "apply to --engine torch"
+            )
+        reason = unavailable_reason()
+        if reason:
+            raise ModelLoadError(f"the llama.cpp engine is unavailable: {reason}")
+        return "llamacpp"
+    if not gguf or spec.dtype != "auto" or spec.quantize or spec.device not in ("auto", "cpu"):
+        return "torch"
+    if spec.device == "auto" and resolve_device("auto").type != "cpu":
+        return "torch"
+    return "torch" if unavailable_reason() else "llamacpp"
+
+
 def load_model(spec: ModelSpec | None = None, progress: Progress | None = None) -> LoadedModel:
     """Load a model ready for decoding, or raise ModelLoadError with a one-line reason."""
     spec = spec or ModelSpec()
     say = progress or _noop
     _quiet_transformers()
+    if choose_engine(spec) == "llamacpp":
+        return _load_llamacpp(spec, say)
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
     quant = _quantization_config(spec, device.type)
@@ -223,4 +277,37 @@ def load_model(spec: ModelSpec | None = None, progress: Progress | None = None) 
         eos_ids=_eos_ids(model, tokenizer),
         source=spec.source or where.path,
         dtype=str(dtype).removeprefix("torch."),
+    )
+
+
+def _load_llamacpp(spec: ModelSpec, say: Progress) -> LoadedModel:
+    import torch
+
+    from samchat.engines.llamacpp_model import LlamaWeights
+
+    where = _resolve_source(spec, say, engine="llamacpp")
+    assert where.gguf_file is not None
+    say(f"loading tokenizer of {where.name}")
+    tokenizer = _load_tokenizer(where, spec)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelLoadError(
+            f"{where.name} has no chat template; pick an instruct/chat GGUF "
+            "(its metadata must define tokenizer.chat_template)"
+        )
+    path = Path(where.path) / where.gguf_file
+    say(f"loading {where.gguf_file} with llama.cpp")
+    weights = LlamaWeights.load(path)
+    say("model ready")
+    eos = [weights.eos_id] if weights.eos_id >= 0 else []
+    eos.extend(_eos_ids(None, tokenizer))
+    return LoadedModel(
+        model=weights,
+        tokenizer=tokenizer,
+        device=torch.device("cpu"),
+        name=where.name,
+        fingerprint=tokenizer_fingerprint(tokenizer),
+        eos_ids=tuple(dict.fromkeys(eos)),
+        source=spec.source or str(path),
+        dtype=weights.file_type,
+        engine="llamacpp",
     )

@@ -43,6 +43,7 @@ def tiny_lm(model: Any) -> Any:
         fingerprint="tiny",
         eos_ids=(),
         context_limit=512,
+        vocab_size=int(model.config.vocab_size),
     )
 
 

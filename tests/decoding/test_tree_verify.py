@@ -108,7 +108,7 @@ def test_tree_verification_matches_per_path_recompute(
     committed = prompt + [tokens[j - 1] for j in path]
     assert session.cached_tokens == len(committed)
     ref_cache = model(input_ids=torch.tensor([committed]), use_cache=True).past_key_values
-    for mine, ref in zip(session._kv.cache.layers, ref_cache.layers, strict=True):
+    for mine, ref in zip(session.engine._kv.cache.layers, ref_cache.layers, strict=True):
         assert mine.keys.shape == ref.keys.shape
         torch.testing.assert_close(mine.keys, ref.keys, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(mine.values, ref.values, atol=1e-4, rtol=1e-4)

@@ -98,22 +98,26 @@ def test_measured_curve_is_cached(tmp_path: Any) -> None:
         # Tiny-model timings are noise: only the shape of the result is certain.
         assert measured.rel(1) == 1.0 and min(measured.ys) > 0 and measured.xs == list(SIZES)
         path = tmp_path / "curve.json"
-        first = load_or_measure(model, torch.device("cpu"), path)
+
+        def measure() -> CostCurve:
+            return measure_cost_curve(model, torch.device("cpu"), context=32, reps=1)
+
+        first = load_or_measure(measure, path)
         assert path.exists()
         cached = '{"version": %d, "relative_cost": {"1": 1.0, "4": %s, "64": 7.0}}'
         path.write_text(cached % (CURVE_VERSION, "1.5"))
-        assert load_or_measure(model, torch.device("cpu"), path).rel(64) == 7.0
+        assert load_or_measure(measure, path).rel(64) == 7.0
         # A curve of the old verification path, or one measured under heavy load: re-measured.
         path.write_text(cached % (CURVE_VERSION - 1, "1.5"))
-        assert load_or_measure(model, torch.device("cpu"), path).xs == first.xs
+        assert load_or_measure(measure, path).xs == first.xs
         path.write_text(cached % (CURVE_VERSION, "6.0"))
-        assert load_or_measure(model, torch.device("cpu"), path).xs == first.xs
+        assert load_or_measure(measure, path).xs == first.xs
         assert json.loads(path.read_text())["version"] == CURVE_VERSION
         for degenerate in ({}, {"1": 0.0, "4": 1.0}, {"1": 1.0, "4": -1.0}):
             path.write_text(json.dumps({"version": CURVE_VERSION, "relative_cost": degenerate}))
-            assert load_or_measure(model, torch.device("cpu"), path).xs == first.xs
+            assert load_or_measure(measure, path).xs == first.xs
         path.write_text("garbage")  # unreadable: measured again
-        assert load_or_measure(model, torch.device("cpu"), path).xs == first.xs
+        assert load_or_measure(measure, path).xs == first.xs
     finally:
         torch.set_num_threads(2)
 

@@ -1,0 +1,24 @@
+"""Engines: the few model operations the decoding loop needs (prefill with prefix reuse, one
+forward over a draft tree, commit the accepted path, cost-curve measurement), behind one small
+interface. `torch_engine` serves Hugging Face models on any torch device; `llamacpp` runs GGUF
+files through llama.cpp. ChatSession, the drafters, the selector and the statistics never ask
+which one runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from samchat.engines.base import ENGINES, Engine
+
+__all__ = ["ENGINES", "Engine", "open_engine"]
+
+
+def open_engine(lm: Any) -> Engine:
+    """A fresh engine (its own KV cache) over the loaded model's weights."""
+    if getattr(lm, "engine", "torch") == "llamacpp":
+        from samchat.engines.llamacpp import LlamaCppEngine
+
+        return LlamaCppEngine(lm)
+    from samchat.engines.torch_engine import TorchEngine
+
+    return TorchEngine(lm)

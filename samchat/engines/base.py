@@ -1,0 +1,54 @@
+"""The interface ChatSession drives. An engine owns one KV cache (one conversation); the weights
+belong to the LoadedModel and are shared by every engine made from it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+    from samchat.decoding.budget import CostCurve
+    from samchat.decoding.tree import TreeLayout
+
+ENGINES = ("auto", "torch", "llamacpp")
+
+
+class Engine(Protocol):
+    """Rows of the KV cache are tokens at consecutive positions 0..length-1.
+
+    forward() appends its inputs at positions length + depth (depth 0 for a plain or sequence
+    input's first token, the tree depth for a tree); commit() then keeps the accepted inputs.
+    """
+
+    name: str  # "torch" | "llamacpp"
+    device: torch.device  # where logits live (llama.cpp: the CPU)
+    # Why drafting is limited (None = trees and sequences both work).
+    plain_reason: str | None
+    tree_reason: str | None
+
+    @property
+    def length(self) -> int: ...
+
+    def reset(self) -> None: ...
+
+    def crop(self, length: int) -> None:
+        """Keep the first `length` rows."""
+
+    def prefill(self, ids: list[int]) -> None:
+        """Append ids to the cache; no logits needed."""
+
+    def forward(self, ids: list[int], layout: TreeLayout | None = None) -> torch.Tensor:
+        """Logits (len(ids), vocab) float32, one row per input. With a layout, ids are
+        [pending] + tree tokens and input i attends to the cache and its tree ancestors."""
+
+    def commit(self, start: int, keep: list[int]) -> None:
+        """After forward() at cache length `start`: keep inputs keep[0] < keep[1] < ... (an
+        accepted path, 0 first) as rows start, start + 1, ...; drop the other inputs."""
+
+    def cost_curve(self) -> CostCurve:
+        """The relative cost of verifying n inputs in one forward, on this machine (measured
+        once per model and machine, then cached)."""
+
+    def describe(self) -> str:
+        """One line for `samchat doctor` and benchmark metadata: engine, version, kernels."""

@@ -1,0 +1,120 @@
+"""GGUF weights loaded by llama.cpp (through llama-cpp-python's low-level API), shared by every
+LlamaCppEngine made from them. Importing this module does not import llama_cpp."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.util
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from samchat.errors import ModelLoadError
+
+log = logging.getLogger(__name__)
+_INIT = threading.Lock()
+_READY: list[Any] = []  # the log callback, kept alive while llama.cpp may call it
+
+
+def unavailable_reason() -> str | None:
+    """Why the llama.cpp engine cannot run here, or None when it can."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return (
+            "llama-cpp-python is not installed "
+            "(run `make setup`, or pip install 'samchat[llamacpp]')"
+        )
+    return None
+
+
+def llama() -> Any:
+    """The llama_cpp module, initialised once, its log routed to Python logging."""
+    import llama_cpp
+
+    with _INIT:
+        if not _READY:
+
+            @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
+            def _log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+                if level in (2, 3):  # warnings and errors; info and debug are noise here
+                    log.debug("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+
+            llama_cpp.llama_log_set(_log, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _READY.append(_log)
+    return llama_cpp
+
+
+def threads() -> int:
+    """CPU threads for llama.cpp: the cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as pkg_version
+
+    try:
+        return pkg_version("llama_cpp_python")
+    except PackageNotFoundError:
+        return "?"
+
+
+def system_info() -> str:
+    """The CPU features this llama.cpp build uses, e.g. 'AVX2 = 1 | AVX512 = 1 | ...'."""
+    lib = llama()
+    raw: bytes = lib.llama_print_system_info()
+    return raw.decode("utf-8", "replace").strip()
+
+
+class LlamaWeights:
+    """One loaded GGUF model: its handle, vocabulary size, training context and file type."""
+
+    def __init__(self, path: Path, handle: Any, lib: Any) -> None:
+        self.path = path
+        self.handle = handle
+        self._lib = lib
+        self.vocab = lib.llama_model_get_vocab(handle)
+        self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
+        self.n_ctx_train = int(lib.llama_model_n_ctx_train(handle))
+        self.eos_id = int(lib.llama_vocab_eos(self.vocab))
+        buf = ctypes.create_string_buffer(256)
+        lib.llama_model_desc(handle, buf, ctypes.sizeof(buf))
+        self.desc = buf.value.decode("utf-8", "replace")
+        # "llama 135M Q4_1" -> "Q4_1": the weight type the file holds
+        self.file_type = self.desc.rsplit(" ", 1)[-1] if " " in self.desc else self.desc
+
+    @classmethod
+    def load(cls, path: Path) -> LlamaWeights:
+        if not path.is_file():
+            raise ModelLoadError(f"model file {path} does not exist; check the path")
+        with path.open("rb") as f:
+            magic = f.read(4)
+        if magic != b"GGUF":
+            raise ModelLoadError(
+                f"{path} is not a GGUF file; pass a .gguf model or a model directory"
+            )
+        lib = llama()
+        params = lib.llama_model_default_params()
+        params.n_gpu_layers = 0
+        handle = lib.llama_model_load_from_file(str(path).encode(), params)
+        if not handle:
+            raise ModelLoadError(
+                f"llama.cpp could not load {path.name} (an architecture or type this build "
+                "does not know, or a damaged file); try --engine torch or another file"
+            )
+        return cls(path, handle, lib)
+
+    def close(self) -> None:
+        if self.handle:
+            self._lib.llama_model_free(self.handle)
+            self.handle = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter exit the library may be gone
+            self.close()
