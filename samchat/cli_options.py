@@ -1,10 +1,11 @@
-"""Options shared by several commands: which model, which device, where the data lives."""
+"""Options shared by several commands: which model, engine and device, where the data lives."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
+from samchat.engines.base import ENGINES
 from samchat.models.device import DEVICES, DTYPES
 from samchat.models.loader import ModelSpec
 
@@ -16,6 +17,14 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         "--model",
         default=argparse.SUPPRESS,
         help="model directory, .gguf file or hub id (default: bundled SmolLM2-135M-Instruct)",
+    )
+    group.add_argument(
+        "--engine",
+        default=argparse.SUPPRESS,
+        choices=ENGINES,
+        help="default: auto (the app and ask: config.toml's engine); auto runs a .gguf model "
+        "(the bundled default too) with llama.cpp on the CPU when llama-cpp-python is "
+        "installed, else torch",
     )
     group.add_argument("--device", default=argparse.SUPPRESS, choices=DEVICES, help="default: auto")
     group.add_argument("--dtype", default=argparse.SUPPRESS, choices=DTYPES, help="default: auto")
@@ -48,9 +57,12 @@ def apply_data_dir(args: argparse.Namespace) -> None:
         os.environ["SAMCHAT_DATA_DIR"] = str(data_dir)
 
 
-def spec_from_args(args: argparse.Namespace) -> ModelSpec:
+def spec_from_args(args: argparse.Namespace, engine: str = "auto") -> ModelSpec:
+    """engine: the one to use when --engine is not given (a command that reads config.toml
+    passes its `engine`)."""
     return ModelSpec(
         source=getattr(args, "model", None),
+        engine=getattr(args, "engine", None) or engine,
         device=getattr(args, "device", "auto") or "auto",
         dtype=getattr(args, "dtype", "auto") or "auto",
         quantize=getattr(args, "quantize", None),

@@ -140,11 +140,18 @@ def load_lm(
     device: str,
     progress: Callable[[str], None],
     options: dict[str, Any] | None = None,
+    engine: str = "auto",
 ) -> LoadedModel:
-    """options: dtype / quantize / trust_remote_code, as ModelSpec takes them."""
+    """options: dtype / quantize / trust_remote_code, as ModelSpec takes them; engine: one of
+    samchat.engines.ENGINES ("" = auto)."""
     from samchat.models.loader import ModelSpec, load_model
 
-    spec = ModelSpec(source=source or None, device=device or "auto", **(options or {}))
+    spec = ModelSpec(
+        source=source or None,
+        device=device or "auto",
+        engine=engine or "auto",
+        **(options or {}),
+    )
     return load_model(spec, progress=progress)
 
 

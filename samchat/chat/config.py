@@ -1,4 +1,5 @@
-"""The user's config file (config.toml): theme, keymap, model, decoding and sampling settings.
+"""The user's config file (config.toml): theme, keymap, model, engine, decoding and sampling
+settings.
 
 Kept free of textual and torch so the CLI and tests can read it cheaply.
 """
@@ -13,6 +14,7 @@ from typing import Any
 
 from samchat import paths
 from samchat.decoding.params import DecodingConfig, SamplingParams, from_mapping, to_mapping
+from samchat.engines.base import ENGINES
 from samchat.errors import SamchatError
 
 CONFIG_NAME = "config.toml"
@@ -44,6 +46,7 @@ class Config:
     keymap: dict[str, str] = field(default_factory=dict)
     model: str = ""  # "" = the default offline model
     device: str = "auto"
+    engine: str = "auto"  # one of samchat.engines.ENGINES
     # Every knob of DecodingConfig / SamplingParams by name, checked (validate_decoding/_sampling).
     decoding: dict[str, Any] = field(default_factory=decoding_defaults)
     sampling: dict[str, Any] = field(default_factory=sampling_defaults)
@@ -53,6 +56,7 @@ class Config:
             "theme": self.theme,
             "model": self.model,
             "device": self.device,
+            "engine": self.engine,
             "keymap": dict(self.keymap),
             "decoding": {k: v for k, v in self.decoding.items() if v is not None},
             "sampling": {k: v for k, v in self.sampling.items() if v is not None},
@@ -86,11 +90,13 @@ def validate_sampling(values: dict[str, Any]) -> dict[str, Any]:
 
 def from_toml_dict(data: dict[str, Any]) -> Config:
     cfg = Config()
-    for key in ("theme", "model", "device"):
+    for key in ("theme", "model", "device", "engine"):
         if key in data:
             if not isinstance(data[key], str):
                 raise ConfigError(f"config: {key} must be a string")
             setattr(cfg, key, data[key])
+    if cfg.engine not in ENGINES:
+        raise ConfigError(f"config: engine must be one of {', '.join(ENGINES)}, not {cfg.engine!r}")
     keymap = data.get("keymap", {})
     if not isinstance(keymap, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in keymap.items()

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from samchat.store.turns import begin_turn, finish_turn
 
     prompt = _read_prompt(args.prompt)
-    spec = spec_from_args(args)
+    spec = spec_from_args(args, engine=_configured_engine(args))
     lm = load_model(spec, progress=lambda msg: print(f"[{msg}]", file=sys.stderr))
     with Store.open() as store:
         # The question is committed before decoding, the reply after it (samchat.store.turns).
@@ -144,6 +144,16 @@ def run(args: argparse.Namespace) -> int:
     if args.stats and done is not None:
         _print_stats(done)
     return 0
+
+
+def _configured_engine(args: argparse.Namespace) -> str:
+    """--engine wins; without it, config.toml's engine (auto if unset). A bad config file is a
+    one-line ConfigError."""
+    if getattr(args, "engine", None):
+        return str(args.engine)
+    from samchat.chat.config import load_config
+
+    return load_config().engine
 
 
 def _open_index(store: Any, lm: Any) -> Any:

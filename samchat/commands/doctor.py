@@ -1,4 +1,4 @@
-"""`samchat doctor`: versions, device, model location, and which SAM core is in use."""
+"""`samchat doctor`: versions, device, CPU, engine, model location, and which SAM core is in use."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ def report() -> list[tuple[str, str]]:
     import torch
 
     from samchat import paths
+    from samchat.engines.cpu import cpu_flags, cpu_name
     from samchat.models.default import bundled_gguf, converted_dir
     from samchat.models.device import resolve_device
 
@@ -38,6 +39,9 @@ def report() -> list[tuple[str, str]]:
     rows.append(("device (auto)", str(resolve_device("auto"))))
     rows.append(("cuda", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no"))
     rows.append(("cpu threads", str(torch.get_num_threads())))
+    rows.append(("cpu", cpu_name()))
+    rows.append(("cpu flags", " ".join(cpu_flags()) or "none reported"))
+    rows.extend(_llamacpp_rows())
     try:
         rows.append(("default model (gguf)", str(bundled_gguf())))
     except SamchatError as exc:
@@ -50,6 +54,39 @@ def report() -> list[tuple[str, str]]:
     rows.append(("cache dir", str(paths.cache_dir())))
     rows.append(("config dir", str(paths.config_dir())))
     return rows
+
+
+def _llamacpp_rows() -> list[tuple[str, str]]:
+    """The engine `auto` picks for the default model, and the llama.cpp build: its version and
+    the CPU features it was compiled for (to compare with `cpu flags`)."""
+    from samchat.engines import llamacpp_model
+    from samchat.models.loader import ModelSpec, choose_engine
+
+    try:
+        engine = choose_engine(ModelSpec())
+    except SamchatError as exc:
+        engine = f"unknown ({exc})"
+    rows = [("engine (auto)", f"{engine} (for the default model)")]
+    reason = llamacpp_model.unavailable_reason()
+    if reason:
+        return [*rows, ("llama.cpp", f"unavailable: {reason}")]
+    rows.append(("llama.cpp", f"llama-cpp-python {llamacpp_model.version()}"))
+    try:
+        built = _enabled_features(llamacpp_model.system_info())
+    except Exception as exc:  # a build that does not load: doctor says so, it never fails
+        built = f"unavailable ({type(exc).__name__}: {exc})"
+    rows.append(("llama.cpp build", built))
+    return rows
+
+
+def _enabled_features(info: str) -> str:
+    """'CPU : SSE3 = 1 | AVX = 1 | AVX512 = 0 | ...' -> 'SSE3 AVX ...' (the ones that are on)."""
+    names = []
+    for part in info.split("|"):
+        key, _, value = part.rpartition(":")[2].partition("=")
+        if value.strip() == "1":
+            names.append(key.strip())
+    return " ".join(names) or info
 
 
 def _sam_backend() -> str:
@@ -72,5 +109,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("doctor", help="show versions, device, model and SAM core in use")
+    parser = sub.add_parser(
+        "doctor", help="show versions, device, CPU, engine, model and SAM core in use"
+    )
     parser.set_defaults(func=run)

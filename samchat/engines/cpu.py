@@ -7,7 +7,20 @@ import platform
 from pathlib import Path
 
 # Flags that change which kernels are fast (and, for AMX, which may crash in a VM).
-RELEVANT = ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
+RELEVANT = (
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx_vnni",
+    "avx512f",
+    "avx512vbmi",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "amx_int8",
+    "amx_bf16",
+)
 
 
 @functools.cache

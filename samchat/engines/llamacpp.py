@@ -79,25 +79,34 @@ class LlamaCppEngine:
         for row in self._seq:
             row[0] = 0
         self._tree_rows = 0  # batch rows whose sequence ids a tree changed
-        self._leaf_of: list[int] | None = None  # the last tree forward: a leaf sequence per input
+        # Accepted tokens whose cells were dropped (see commit): the next decode computes them
+        # first. The session counts them as cached.
+        self._backlog: list[int] = []
+        self._tree: _TreeBatch | None = None  # the last tree forward, until commit or crop
 
     # -- cache --------------------------------------------------------------------------------
 
     @property
-    def length(self) -> int:
-        """Positions 0..n-1 of sequence 0: what the cache holds for the conversation."""
+    def _cells(self) -> int:
+        """Positions 0..n-1 of sequence 0: the conversation's cells."""
         return int(self._lib.llama_memory_seq_pos_max(self._mem, 0)) + 1
+
+    @property
+    def length(self) -> int:
+        return self._cells + len(self._backlog)
 
     def reset(self) -> None:
         self._lib.llama_memory_clear(self._mem, True)
-        self._leaf_of = None
+        self._backlog = []
+        self._tree = None
 
     def crop(self, length: int) -> None:
         lib = self._lib
         lib.llama_memory_seq_rm(self._mem, -1, length, -1)
-        if self._leaf_of is not None:  # a tree forward that was never committed
+        if self._tree is not None:  # a tree forward that was never committed
             lib.llama_memory_seq_keep(self._mem, 0)
-            self._leaf_of = None
+            self._tree = None
+        self._backlog = self._backlog[: max(0, length - self._cells)]
 
     # -- forwards -----------------------------------------------------------------------------
 
@@ -111,13 +120,17 @@ class LlamaCppEngine:
                 )
             raise SamchatError(f"llama.cpp failed to decode a batch (code {rc})")
 
-    def _fill(self, ids: list[int], start: int, outputs: bool) -> None:
+    def _fill(self, ids: list[int], start: int, outputs: int) -> None:
+        """Rows for ids at positions start, start + 1, ... in sequence 0; the last `outputs`
+        rows give logits."""
         n = len(ids)
         self._reset_tree_rows()
         self._tok[:n] = ids
         self._pos[:n] = np.arange(start, start + n, dtype=np.int32)
         self._nseq[:n] = 1
-        self._out[:n] = 1 if outputs else 0
+        self._out[:n] = 0
+        if outputs:
+            self._out[n - outputs : n] = 1
 
     def _reset_tree_rows(self) -> None:
         for row in self._seq[: self._tree_rows]:
@@ -125,11 +138,14 @@ class LlamaCppEngine:
         self._tree_rows = 0
 
     def prefill(self, ids: list[int]) -> None:
-        start = self.length
-        for i in range(0, len(ids), MAX_BATCH):
-            chunk = ids[i : i + MAX_BATCH]
-            self._fill(chunk, start + i, outputs=False)
+        todo = self._backlog + ids
+        nb = len(self._backlog)
+        start = self._cells
+        for i in range(0, len(todo), MAX_BATCH):
+            chunk = todo[i : i + MAX_BATCH]
+            self._fill(chunk, start + i, outputs=0)
             self._decode(len(chunk))
+            self._backlog = todo[i + len(chunk) : nb]
 
     def _logits(self, n: int) -> torch.Tensor:
         ptr = self._lib.llama_get_logits(self._ctx)
@@ -138,64 +154,70 @@ class LlamaCppEngine:
 
     def forward(self, ids: list[int], layout: TreeLayout | None = None) -> torch.Tensor:
         n = len(ids)
-        if n > MAX_BATCH:
+        back = self._backlog
+        if n + len(back) > MAX_BATCH:
             raise SamchatError(f"a forward takes at most {MAX_BATCH} tokens, got {n}")
-        start = self.length
+        start = self._cells
         if layout is None:
-            self._fill(ids, start, outputs=True)
-            self._decode(n)
+            self._fill(back + ids, start, outputs=n)
+            self._decode(len(back) + n)
+            self._backlog = []
             return self._logits(n)
-        self._tree(ids, layout, start)
-        self._decode(n)
-        return self._logits(n)
+        tree = _TreeBatch(ids, layout)
+        self._fill_tree(tree, back, start)
+        self._decode(len(back) + n)
+        self._backlog = []
+        self._tree = tree
+        return self._logits(n)[tree.row_of]
 
-    def _tree(self, ids: list[int], layout: TreeLayout, start: int) -> None:
-        """Fill the batch for [pending] + tree: sequence ids by leaf, positions by depth."""
-        n = len(ids)
-        parents = layout.parents
-        has_child = [False] * n
-        for p in parents[1:]:
-            has_child[p] = True
-        leaves = [j for j in range(n) if not has_child[j]]
-        if len(leaves) > MAX_SEQ:
+    def _fill_tree(self, tree: _TreeBatch, back: list[int], start: int) -> None:
+        """Backlog rows first (context for every leaf), then the tree in depth-first order."""
+        leaves = tree.n_leaves
+        if leaves > MAX_SEQ:
             raise SamchatError(f"a draft tree may have at most {MAX_SEQ} leaves")
-        below: list[list[int]] = [[] for _ in range(n)]
-        for s, j in enumerate(leaves):
-            below[j].append(s)
-        for j in range(n - 1, 0, -1):  # children come after parents: sweep up
-            below[parents[j]].extend(below[j])
         lib, mem = self._lib, self._mem
-        for s in range(1, len(leaves)):
+        for s in range(1, leaves):
             lib.llama_memory_seq_cp(mem, 0, s, -1, -1)
         self._reset_tree_rows()
-        self._tok[:n] = ids
-        self._pos[:n] = np.asarray(layout.depths, dtype=np.int32) + start
-        self._out[:n] = 1
-        nseq = self._nseq
-        seq = self._seq
-        for j in range(n):
-            seqs = below[j]
-            nseq[j] = len(seqs)
-            seq[j][: len(seqs)] = seqs
+        nb = len(back)
+        n = nb + len(tree.order)
+        every = list(range(leaves))
+        self._tok[:nb] = back
+        self._tok[nb:n] = [tree.ids[j] for j in tree.order]
+        self._pos[:nb] = np.arange(start, start + nb, dtype=np.int32)
+        self._pos[nb:n] = [start + nb + tree.depths[j] for j in tree.order]
+        self._out[:nb] = 0
+        self._out[nb:n] = 1
+        nseq, seq = self._nseq, self._seq
+        for r in range(n):
+            seqs = every if r < nb else tree.below[tree.order[r - nb]]
+            nseq[r] = len(seqs)
+            seq[r][: len(seqs)] = seqs
         self._tree_rows = n
-        self._leaf_of = [seqs[0] for seqs in below]
 
     def commit(self, start: int, keep: list[int]) -> None:
         lib, mem = self._lib, self._mem
-        end = start + len(keep)
-        leaf_of = self._leaf_of
-        self._leaf_of = None
-        if leaf_of is None:  # plain or sequence input: the kept rows are the first ones
+        tree = self._tree
+        self._tree = None
+        if tree is None:  # plain or sequence input: the kept rows are the first ones
             if keep != list(range(len(keep))):
                 raise ValueError("a sequence forward keeps a prefix of its inputs")
-            lib.llama_memory_seq_rm(mem, 0, end, -1)
+            lib.llama_memory_seq_rm(mem, 0, start + len(keep), -1)
             return
-        s = leaf_of[keep[-1]]  # a leaf below the last accepted node: its path holds them all
-        lib.llama_memory_seq_keep(mem, s)  # drops every cell off that path, and other ids
-        lib.llama_memory_seq_rm(mem, s, end, -1)  # the path below the last accepted node
+        # Cells are attended in storage order, so a later token must never land in a cell
+        # before an older one: keep only the accepted rows that lead the batch (no dropped row
+        # before them) and recompute the rest of the path with the next decode.
+        rows = tree.row_of
+        lead = 0
+        while lead < len(keep) and rows[keep[lead]] == lead:
+            lead += 1
+        s = tree.below[keep[lead - 1]][0]  # a leaf below the last kept node
+        lib.llama_memory_seq_keep(mem, s)  # drops every cell off that leaf's path
+        lib.llama_memory_seq_rm(mem, s, start + lead, -1)
         if s != 0:
             lib.llama_memory_seq_cp(mem, s, 0, -1, -1)
             lib.llama_memory_seq_rm(mem, s, -1, -1)
+        self._backlog = [tree.ids[k] for k in keep[lead:]]
 
     # -- cost and description ------------------------------------------------------------------
 
@@ -238,3 +260,44 @@ class LlamaCppEngine:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter exit the library may be gone
             self.close()
+
+
+class _TreeBatch:
+    """[pending] + a draft tree laid out for one llama_decode: inputs in depth-first order
+    (first children first, so the drafters' likeliest path leads the batch), and for each
+    input the leaves below it (its sequence ids; leaf 0 is the first-child path's)."""
+
+    __slots__ = ("below", "depths", "ids", "n_leaves", "order", "row_of")
+
+    def __init__(self, ids: list[int], layout: TreeLayout) -> None:
+        n = len(ids)
+        parents = layout.parents
+        children: list[list[int]] = [[] for _ in range(n)]
+        for j in range(1, n):
+            children[parents[j]].append(j)
+        order: list[int] = []
+        stack = [0]
+        while stack:
+            j = stack.pop()
+            order.append(j)
+            stack.extend(reversed(children[j]))
+        row_of = [0] * n
+        for r, j in enumerate(order):
+            row_of[j] = r
+        below: list[list[int]] = [[] for _ in range(n)]
+        leaves = 0
+        for j in order:  # leaves numbered in batch order
+            if not children[j]:
+                below[j].append(leaves)
+                leaves += 1
+        for j in reversed(order):  # children after parents: sweep up
+            if j:
+                below[parents[j]].extend(below[j])
+        for b in below:
+            b.sort()
+        self.ids = ids
+        self.depths = layout.depths
+        self.order = order
+        self.row_of = row_of
+        self.below = below
+        self.n_leaves = leaves

@@ -330,17 +330,18 @@ class SamchatApp(SamchatRuntime):
             self.notify("a reply is streaming; press esc to stop it first", severity="warning")
             return
 
-        def done(choice: tuple[str, str] | None) -> None:
+        def done(choice: tuple[str, str, str] | None) -> None:
             if choice is None:
                 return
-            source, device = choice
+            source, device, engine = choice
             if self.model_state == "loading":
                 self.notify("a model is already loading", severity="warning")
                 return
-            self.start_model_load(source, device)
+            self.start_model_load(source, device, engine)
 
         recent = [self.cfg.model] if self.cfg.model else []
-        self.push_screen(ModelScreen(self.model_source, self.device_name, recent), done)
+        screen = ModelScreen(self.model_source, self.device_name, recent, self.engine_name)
+        self.push_screen(screen, done)
 
     @guarded
     def action_import_documents(self) -> None:

@@ -43,6 +43,7 @@ class SamchatBase(App[None]):
         config_path: Path | None = None,
         model_source: str | None = None,
         device: str | None = None,
+        engine: str | None = None,
         autoload_model: bool = True,
         theme_dirs: list[Path] | None = None,
         cost_curve: Any = None,
@@ -70,6 +71,7 @@ class SamchatBase(App[None]):
         self.indexer: Any = None  # BackgroundIndexer of the loaded model's tokenizer
         self.model_source = model_source if model_source is not None else config.model
         self.device_name = device or config.device
+        self.engine_name = engine or config.engine  # --engine, else config.toml, else auto
         self.autoload_model = autoload_model
         self.model_state = "none"  # none | loading | ready | failed
         self.model_progress = ""
@@ -165,7 +167,8 @@ class SamchatBase(App[None]):
     def update_status(self) -> None:
         parts = []
         if self.model_state == "ready" and self.lm is not None:
-            parts.append(f"model {self.lm.name} ({self.lm.device})")
+            runs = " ".join(p for p in (self.lm.engine, self.lm.dtype) if p)
+            parts.append(f"model {self.lm.name} ({runs}, {self.lm.device})")
         elif self.model_state == "loading":
             parts.append(f"loading model… {self.model_progress}".rstrip())
         elif self.model_state == "failed":

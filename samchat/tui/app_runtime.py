@@ -58,7 +58,7 @@ class SamchatRuntime(SamchatBase):
                 self.lm, backend.Generator(self.lm, self.cfg.decoding, indexer, self.cost_curve)
             )
         elif self.autoload_model:
-            self.start_model_load(self.model_source, self.device_name)
+            self.start_model_load(self.model_source, self.device_name, self.engine_name)
         self.update_status()
         self.query_one("#prompt", PromptArea).focus()
         self.ready_at = time.perf_counter()
@@ -242,19 +242,21 @@ class SamchatRuntime(SamchatBase):
 
     # -- model loading -------------------------------------------------------------------------
 
-    def start_model_load(self, source: str, device: str) -> None:
+    def start_model_load(self, source: str, device: str, engine: str) -> None:
         self.model_state = "loading"
         self.model_progress = ""
         self.update_status()
-        self.load_model_worker(source, device, dict(self.cfg.decoding))
+        self.load_model_worker(source, device, engine, dict(self.cfg.decoding))
 
     @work(thread=True, exclusive=True, group="model", exit_on_error=False)
-    def load_model_worker(self, source: str, device: str, decoding: dict[str, Any]) -> None:
+    def load_model_worker(
+        self, source: str, device: str, engine: str, decoding: dict[str, Any]
+    ) -> None:
         def progress(text: str) -> None:
             self.post_message(ModelProgress(text))
 
         try:
-            lm = backend.load_lm(source, device, progress, self.model_options)
+            lm = backend.load_lm(source, device, progress, self.model_options, engine)
         except SamchatError as exc:
             self.post_message(ModelFailed(str(exc)))
             return
@@ -269,7 +271,7 @@ class SamchatRuntime(SamchatBase):
             generator.prepare()
         except Exception as exc:  # the next reply reports it again; the model itself is fine
             warning = f"decoder setup failed: {exc}"
-        self.post_message(ModelLoaded(lm, generator, source, device, warning))
+        self.post_message(ModelLoaded(lm, generator, source, device, engine, warning))
 
     def on_model_progress(self, msg: ModelProgress) -> None:
         self.model_progress = msg.text
@@ -281,8 +283,11 @@ class SamchatRuntime(SamchatBase):
         self.notify(f"model {msg.lm.name} ready", timeout=3)
         if msg.warning:
             self.error(msg.warning, "Decoder")
-        if msg.source != self.cfg.model or msg.device != self.cfg.device:
-            self.cfg.model, self.cfg.device = msg.source, msg.device
+        # The model screen opens on what runs now.
+        self.model_source, self.device_name, self.engine_name = msg.source, msg.device, msg.engine
+        chosen = (msg.source, msg.device, msg.engine)
+        if chosen != (self.cfg.model, self.cfg.device, self.cfg.engine):
+            self.cfg.model, self.cfg.device, self.cfg.engine = chosen
             self.save_settings()
 
     def _make_indexer(self, lm: LoadedModel) -> Any:

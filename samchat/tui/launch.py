@@ -18,6 +18,7 @@ def run_tui(args: argparse.Namespace) -> int:
     app = SamchatApp(
         model_source=getattr(args, "model", None),
         device=getattr(args, "device", None),
+        engine=getattr(args, "engine", None),
         model_options=options,
     )
     app.run()

@@ -1,4 +1,5 @@
-"""Pick a model: the bundled default, a local directory / .gguf file, or a hub id."""
+"""Pick a model (the bundled default, a local directory / .gguf file, or a hub id), the engine
+that runs it and the device."""
 
 from __future__ import annotations
 
@@ -11,19 +12,23 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, Select
 from textual.widgets.option_list import Option
 
+from samchat.engines.base import ENGINES
+
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DEFAULT_LABEL = "default: SmolLM2-135M-Instruct (bundled, offline)"
+ENGINE_HELP = "auto: llama.cpp for a .gguf model on the CPU, else torch"
 
 
-class ModelScreen(ModalScreen[tuple[str, str] | None]):
-    """Returns (source, device); source "" is the bundled default."""
+class ModelScreen(ModalScreen[tuple[str, str, str] | None]):
+    """Returns (source, device, engine); source "" is the bundled default."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss(None)", "Cancel")]
 
-    def __init__(self, current: str, device: str, recent: list[str]) -> None:
+    def __init__(self, current: str, device: str, recent: list[str], engine: str = "auto") -> None:
         super().__init__(classes="dialog-screen")
         self.current = current
         self.device = device if device in DEVICES else "auto"
+        self.engine = engine if engine in ENGINES else "auto"
         self.recent = [r for r in recent if r]
 
     def compose(self) -> ComposeResult:
@@ -39,6 +44,15 @@ class ModelScreen(ModalScreen[tuple[str, str] | None]):
                 placeholder="model directory, .gguf file or hub id (empty = default)",
                 id="model-source",
             )
+            with Horizontal(classes="field"):
+                yield Label("engine", classes="field-name")
+                yield Select(
+                    [(e, e) for e in ENGINES],
+                    value=self.engine,
+                    allow_blank=False,
+                    id="model-engine",
+                )
+                yield Label(ENGINE_HELP, classes="field-help")
             with Horizontal(classes="field"):
                 yield Label("device", classes="field-name")
                 yield Select(
@@ -67,8 +81,9 @@ class ModelScreen(ModalScreen[tuple[str, str] | None]):
 
     def _accept(self) -> None:
         device = self.query_one("#model-device", Select).value
+        engine = self.query_one("#model-engine", Select).value
         source = self.query_one("#model-source", Input).value.strip()
-        self.dismiss((source, str(device)))
+        self.dismiss((source, str(device), str(engine)))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "load":

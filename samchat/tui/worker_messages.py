@@ -81,14 +81,21 @@ class ModelProgress(Message):
 
 class ModelLoaded(Message):
     def __init__(
-        self, lm: LoadedModel, generator: Generator, source: str, device: str, warning: str
+        self,
+        lm: LoadedModel,
+        generator: Generator,
+        source: str,
+        device: str,
+        engine: str,
+        warning: str,
     ) -> None:
         super().__init__()
-        self.lm, self.generator, self.source, self.device, self.warning = (
+        self.lm, self.generator, self.source, self.device, self.engine, self.warning = (
             lm,
             generator,
             source,
             device,
+            engine,
             warning,
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -50,6 +51,21 @@ def test_doctor_reports_device_model_and_core() -> None:
     for label in ("torch", "transformers", "device (auto)", "default model (gguf)", "SAM core"):
         assert label in out
     assert "SmolLM2-135M-Instruct.Q4_1.gguf" in out
+    rows = {}
+    for line in out.splitlines():
+        label, _, value = line.partition("  ")
+        rows[label] = value.strip()
+    # llama-cpp-python is installed here (make setup builds it), on a CPU: auto takes it.
+    assert rows["engine (auto)"] == "llamacpp (for the default model)"
+    assert rows["llama.cpp"] == f"llama-cpp-python {importlib.metadata.version('llama-cpp-python')}"
+    flags = rows["cpu flags"].split()
+    built = rows["llama.cpp build"].split()  # the features the build uses, e.g. AVX2 FMA
+    assert rows["cpu"] and flags and built
+    if "avx2" in flags:  # built for this CPU, not for a baseline one
+        assert {"AVX", "AVX2", "FMA", "F16C"} <= set(built)
+    if "avx512_vnni" in flags and "avx512f" in flags:
+        assert {"AVX512", "AVX512_VNNI"} <= set(built)
+    assert not any(name.startswith("AMX") for name in built)  # `make setup` leaves AMX out
 
 
 @pytest.mark.parametrize(
@@ -70,6 +86,32 @@ def test_invalid_option_values_are_rejected_by_the_parser() -> None:
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "--temperature" in result.stderr
+
+
+@pytest.mark.parametrize("where", [("ask",), ()])
+def test_an_unknown_engine_is_rejected_by_the_parser(where: tuple[str, ...]) -> None:
+    result = samchat(*where, "--engine", "bogus", "hi")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    [line] = [x for x in result.stderr.splitlines() if "error:" in x]
+    assert "--engine" in line and "invalid choice: 'bogus'" in line
+
+
+def test_llamacpp_on_a_model_directory_is_one_clear_line(tmp_path: Path) -> None:
+    model = tmp_path / "hf-model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    result = samchat("ask", "--engine", "llamacpp", "--model", str(model), "hi", home=tmp_path)
+    assert_clean_error(result, "the llama.cpp engine runs .gguf files")
+    assert str(model) in result.stderr
+
+
+def test_a_bad_engine_in_config_toml_is_one_clear_line(tmp_path: Path) -> None:
+    config = Path(os.environ["SAMCHAT_CONFIG_DIR"]) / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text('engine = "gpu"\n')
+    result = samchat("ask", "hi", home=tmp_path)
+    assert_clean_error(result, "config: engine must be one of auto, torch, llamacpp")
 
 
 def test_command_names_match_the_registered_sub_commands() -> None:

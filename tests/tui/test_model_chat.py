@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
+import tomllib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.widgets import Static
+from textual.widgets import Select, Static
 from tui_helpers import fixed_config, wait_for
 
 from samchat.store import Store
@@ -164,8 +166,32 @@ async def test_model_loads_in_a_worker_while_the_ui_works(
         await wait_for(pilot, lambda: app.replies_finished == 1, 180)
         assert app.model_state == "ready" and app.lm is not None
         assert app.lm is not default_lm and app.lm.name == default_lm.name
-        assert "SmolLM2" in str(app.query_one("#status").render())
+        status = str(app.query_one("#status").render())
+        assert f"model SmolLM2-135M-Instruct ({app.lm.engine} {app.lm.dtype}, cpu)" in status
         assert app.chat_id is not None and len(replies(store, app.chat_id)) == 1
+
+
+async def test_the_engine_picked_on_the_model_screen_runs_and_is_saved(
+    make_app: Callable[..., SamchatApp], config_path: Path, curve: Any
+) -> None:
+    app = make_app(config=config(4), cost_curve=curve)
+    async with app.run_test(size=(120, 36)) as pilot:
+        for engine, runs in (("torch", "torch float32"), ("llamacpp", "llamacpp Q4_1")):
+            await pilot.press("ctrl+l")
+            await wait_for(pilot, lambda: isinstance(app.screen, ModelScreen))
+            app.screen.query_one("#model-engine", Select).value = engine
+            await pilot.press("enter")  # empty source = the bundled default
+            await wait_for(pilot, lambda e=engine: app.lm is not None and app.lm.engine == e, 180)
+            status = str(app.query_one("#status").render())
+            assert f"model SmolLM2-135M-Instruct ({runs}, cpu)" in status
+            assert app.cfg.engine == engine
+            assert tomllib.loads(config_path.read_text())["engine"] == engine
+        # The screen opens on the engine in use.
+        await pilot.press("ctrl+l")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelScreen))
+        await pilot.pause()
+        assert app.screen.query_one("#model-engine", Select).value == "llamacpp"
+        await pilot.press("escape")
 
 
 async def test_a_failed_reply_is_a_notice_and_the_chat_goes_on(

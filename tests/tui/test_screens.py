@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from textual.command import CommandPalette
 from textual.widgets import Input, Log, Markdown, ProgressBar, Select
 from tui_helpers import fixed_config, seed_chat, wait_for
@@ -246,6 +247,85 @@ async def test_model_that_fails_to_load_is_a_notice(
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
 
 
+async def test_model_screen_returns_the_chosen_engine(
+    make_app: Callable[..., SamchatApp], config_path: Path
+) -> None:
+    config_path.parent.mkdir(parents=True)
+    config_path.write_text('engine = "torch"\n')
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        chosen: list[tuple[str, str, str] | None] = []
+        await app.push_screen(ModelScreen("", "cpu", [], app.engine_name), chosen.append)
+        engine = app.screen.query_one("#model-engine", Select)
+        assert engine.value == "torch"  # config.toml's engine
+        engine.focus()
+        await pilot.press("enter")  # open the list: auto, torch, llamacpp
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: engine.value == "llamacpp")
+        app.screen.query_one("#model-source", Input).focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: chosen == [("", "cpu", "llamacpp")])
+
+
+async def test_engine_from_the_model_screen_reaches_the_loader(
+    make_app: Callable[..., SamchatApp], tmp_path: Path
+) -> None:
+    """llama.cpp picked for a Hugging Face model directory: the loader's one-line reason is a
+    notice, and the choice is not saved (nothing loaded)."""
+    model_dir = tmp_path / "hf-model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("ctrl+l")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelScreen))
+        app.screen.query_one("#model-engine", Select).value = "llamacpp"
+        await type_path(pilot, app, model_dir)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.model_state == "failed", 60)
+        [problem] = [n for n in notices(app) if "llama.cpp" in n]
+        assert "runs .gguf files" in problem and "\n" not in problem
+        assert app.cfg.engine == "auto"
+
+
+async def test_engine_flag_beats_config_and_a_bad_engine_is_reported(
+    make_app: Callable[..., SamchatApp], config_path: Path, tmp_path: Path
+) -> None:
+    config_path.parent.mkdir(parents=True)
+    config_path.write_text('engine = "torch"\n')
+    assert make_app().engine_name == "torch"
+    model_dir = tmp_path / "hf-model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+    # `samchat --engine llamacpp --model DIR`: the app starts; the model's failure is a notice.
+    app = make_app(engine="llamacpp", model_source=str(model_dir), autoload_model=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert app.engine_name == "llamacpp"
+        await wait_for(pilot, lambda: app.model_state == "failed", 60)
+        assert any("runs .gguf files" in n for n in notices(app))
+    config_path.write_text('engine = "llama"\n')
+    app = make_app()
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        [problem] = [n for n in notices(app) if "engine" in n]
+        assert "engine must be one of auto, torch, llamacpp" in problem and "\n" not in problem
+        assert app.engine_name == "auto"
+
+
+def test_the_engine_flag_reaches_the_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    from samchat.cli import main
+
+    started: list[tuple[str, str]] = []
+
+    def run(app: SamchatApp) -> None:  # the app itself runs in the Pilot tests
+        started.append((app.engine_name, app.device_name))
+
+    monkeypatch.setattr(SamchatApp, "run", run)
+    assert main(["--engine", "torch", "--device", "cpu"]) == 0
+    assert main([]) == 0
+    assert started == [("torch", "cpu"), ("auto", "auto")]
+
+
 def test_ui_starts_fast_without_importing_torch(tmp_path: Path) -> None:
     """Start the real app headless in a fresh interpreter: interactive after < 1 s of CPU
     work (CPU time, so other processes on a busy machine do not skew it), no torch, the
@@ -294,11 +374,25 @@ def test_config_round_trip(tmp_path: Path) -> None:
         theme="ember",
         keymap={"samchat.help": "f10", "samchat.new_chat": "ctrl+k"},
         model='C:\\models\\my "model"',
+        device="cpu",
+        engine="llamacpp",
     )
     cfg.sampling["temperature"] = 0.5
     path = save_config(cfg, tmp_path / "c.toml")
     again = load_config(path)
     assert again == cfg
+    assert tomllib.loads(path.read_text())["engine"] == "llamacpp"
+
+
+def test_a_bad_engine_in_the_config_file_is_one_line(tmp_path: Path) -> None:
+    from samchat.chat.config import ConfigError, load_config
+
+    path = tmp_path / "c.toml"
+    for text in ('engine = "gpu"\n', "engine = 3\n"):
+        path.write_text(text)
+        with pytest.raises(ConfigError) as err:
+            load_config(path)
+        assert "engine" in str(err.value) and "\n" not in str(err.value)
 
 
 async def test_import_goes_on_after_the_screen_is_closed(

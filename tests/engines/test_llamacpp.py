@@ -1,0 +1,280 @@
+"""The llama.cpp engine end to end on the real default model, run straight from its bundled
+Q4_1 GGUF: speculative output equals the same engine's plain decoding token for token, tree
+verification gives exactly the logits of one-token decoding along each path, the KV cache is
+reused across turns, a cancelled reply leaves the cache usable, and bad input is one line."""
+
+from __future__ import annotations
+
+import random
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from samchat.decoding import (
+    ChatSession,
+    DecodingConfig,
+    ReplyDone,
+    SamplingParams,
+    StepStats,
+    TextDelta,
+)
+from samchat.decoding.budget import CostCurve
+from samchat.decoding.tree import DraftTree
+from samchat.engines.llamacpp import LlamaCppEngine
+from samchat.errors import ModelLoadError, SamchatError
+from samchat.models.loader import ModelSpec, load_model
+from tests.decoding.prompts import LONG_CONTEXT, MULTI_TURN, PASSAGE_RIVER, SINGLE_TURN
+from tests.decoding.test_session_model import MSG, ScriptedDrafter, _run
+
+MAX_NEW = 40
+CPU_CURVE = CostCurve.default(torch.device("cpu"))
+# Verification priced as free: the selector drafts the biggest trees it has, every step.
+FLAT = CostCurve({1: 1.0, 64: 1.0})
+
+
+def _static_index(tmp: Path, lm: Any) -> Any:
+    from samchat.sam.index import StaticIndex
+
+    index = StaticIndex.open(tmp / "index", lm.fingerprint, lm.eos_ids[0])
+    index.add_document("river", lm.tokenizer(PASSAGE_RIVER)["input_ids"])
+    index.flush()
+    return index
+
+
+def test_auto_runs_the_default_model_from_its_gguf(gguf_lm: Any) -> None:
+    assert gguf_lm.engine == "llamacpp"
+    assert gguf_lm.dtype == "Q4_1"
+    assert gguf_lm.source.endswith(".gguf")
+    assert load_model.__module__ == "samchat.models.loader"
+    from samchat.models.loader import choose_engine
+
+    assert choose_engine(ModelSpec()) == "llamacpp"  # llama-cpp-python is installed here
+    assert choose_engine(ModelSpec(dtype="bfloat16")) == "torch"
+
+
+@pytest.mark.parametrize("curve", [CPU_CURVE, FLAT], ids=["cpu-curve", "flat-curve"])
+def test_greedy_speculative_equals_plain_on_real_prompts(
+    gguf_lm: Any, tmp_path: Path, curve: CostCurve
+) -> None:
+    """The 20+ prompts of the torch engine's test: single questions, multi-turn chats with
+    the KV cache reused across turns, and long-passage summaries."""
+    params = SamplingParams(max_new_tokens=MAX_NEW)
+    index = _static_index(tmp_path, gguf_lm)
+    spec = ChatSession(gguf_lm, DecodingConfig(method="sam+tr"), index, curve)
+    plain = ChatSession(gguf_lm, DecodingConfig(method="plain"))
+    checked = drafted = trees = 0
+    for prompt in SINGLE_TURN + LONG_CONTEXT:
+        messages = [{"role": "user", "content": prompt}]
+        want, _, _ = _run(plain, messages, params)
+        ids, done, events = _run(spec, messages, params)
+        assert ids == want, prompt
+        steps = [e for e in events if isinstance(e, StepStats)]
+        drafted += sum(e.accepted for e in steps)
+        trees += sum(1 for e in steps if e.draft_size > 1)
+        checked += 1
+    for turns in MULTI_TURN:
+        history = [{"role": "system", "content": "You are a concise assistant."}]
+        for turn in turns:
+            history.append({"role": "user", "content": turn})
+            want, _, _ = _run(plain, history, params)
+            ids, done, _ = _run(spec, history, params)
+            assert ids == want, turn
+            if len(history) > 2:
+                assert done.stats.reused_tokens > 0
+            history.append({"role": "assistant", "content": done.text})
+        checked += 1
+    assert checked >= 20
+    assert drafted > 0  # drafts were accepted: the speculative path ran
+    if curve is FLAT:
+        assert trees > 0
+
+
+class _Plain:
+    """One-token decoding, the reference for tree rows: holds a context, and gives the logits
+    along a path decoded after it (then forgets the path)."""
+
+    def __init__(self, lm: Any, context: list[int]) -> None:
+        self.engine = LlamaCppEngine(lm, n_ctx=1024)
+        self.engine.prefill(context)
+
+    def rows(self, path: list[int]) -> list[torch.Tensor]:
+        n = self.engine.length
+        out = [self.engine.forward([t])[0] for t in path]
+        self.engine.crop(n)
+        return out
+
+    def advance(self, tokens: list[int]) -> None:
+        for t in tokens:
+            self.engine.forward([t])
+
+
+def _random_tree(rng: random.Random, likely: list[int], size: int) -> DraftTree:
+    """Random shape; tokens mostly from the plain continuation so that paths get accepted."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    for i in range(size):
+        parent = rng.randrange(-1, i)
+        depth = 0
+        p = parent
+        while p != -1:
+            depth += 1
+            p = parents[p]
+        pool = likely[depth + 1 : depth + 2] if rng.random() < 0.6 else []
+        tokens.append(pool[0] if pool else rng.randrange(49152))
+        parents.append(parent)
+    return DraftTree(tokens, parents, "tr")
+
+
+def test_tree_verification_is_exact_on_random_trees(gguf_lm: Any) -> None:
+    """Step after step of random trees: each node's logits row equals one-token decoding along
+    its path, bit for bit, whichever path is committed (the cache then continues exactly as
+    plain decoding would, dropped branches and recomputed rows included)."""
+    rng = random.Random(7)
+    messages = [{"role": "user", "content": "Describe the river Lune briefly."}]
+    session = ChatSession(gguf_lm, DecodingConfig(method="plain"))
+    prompt = session.render(messages)
+    plain, _, _ = _run(session, messages, SamplingParams(max_new_tokens=32))
+    engine = LlamaCppEngine(gguf_lm, n_ctx=1024)
+    try:
+        for case in range(4):
+            engine.reset()
+            engine.prefill(prompt[:-1])
+            ref = _Plain(gguf_lm, prompt[:-1])
+            pending = prompt[-1]
+            likely = [pending, *plain]
+            for step in range(5):
+                start = engine.length
+                tree = _random_tree(rng, likely, rng.randrange(1, 16))
+                layout = tree.layout()
+                ids = [pending, *tree.tokens]
+                rows = engine.forward(ids, layout)
+                assert rows.shape == (len(ids), gguf_lm.vocab_size)
+                for j in range(len(ids)):
+                    if any(layout.parents[k] == j for k in range(len(ids))):
+                        continue  # not a leaf: its row is checked on a leaf's path
+                    path = [j]
+                    while layout.parents[path[-1]] != -1:
+                        path.append(layout.parents[path[-1]])
+                    path.reverse()
+                    want = ref.rows([ids[k] for k in path])
+                    for k, row in zip(path, want, strict=True):
+                        assert torch.equal(rows[k], row), (case, step, k)
+                node = rng.randrange(len(ids))
+                keep = [node]
+                while layout.parents[keep[-1]] != -1:
+                    keep.append(layout.parents[keep[-1]])
+                keep.reverse()
+                engine.commit(start, keep)
+                assert engine.length == start + len(keep)
+                ref.advance([ids[k] for k in keep])
+                pending = int(rows[node].argmax())
+                likely = [pending, *rng.sample(plain, 8)]
+            ref.engine.close()
+    finally:
+        engine.close()
+
+
+def test_kv_reuse_across_turns_matches_a_fresh_prefill(gguf_lm: Any) -> None:
+    session = ChatSession(gguf_lm, DecodingConfig(method="sam+tr"), cost_curve=FLAT)
+    messages = [
+        {"role": "system", "content": "You answer briefly."},
+        {"role": "user", "content": "Name a large city in Japan."},
+    ]
+    _, done, _ = _run(session, messages, SamplingParams(max_new_tokens=24))
+    messages += [
+        {"role": "assistant", "content": done.text},
+        {"role": "user", "content": "What is it famous for?"},
+    ]
+    before = session.cached_tokens
+    logits = session.prefill_logits(messages)
+    prompt = session.render(messages)
+    fresh = ChatSession(gguf_lm, DecodingConfig(method="plain"))
+    assert before > 20
+    assert torch.equal(logits, fresh.prefill_logits(messages))
+    assert fresh.cached_tokens == len(prompt)
+    # An edited earlier turn: reuse stops at the edit and the logits still match.
+    edited = [messages[0], {"role": "user", "content": "Name a large city in Italy."}]
+    again = ChatSession(gguf_lm, DecodingConfig(method="plain"))
+    assert torch.equal(session.prefill_logits(edited), again.prefill_logits(edited))
+
+
+@pytest.mark.parametrize("tree", [False, True])
+def test_cancelled_reply_leaves_the_cache_usable(gguf_lm: Any, tree: bool) -> None:
+    plain = ChatSession(gguf_lm, DecodingConfig(method="plain"))
+    ids, _, _ = _run(plain, MSG, SamplingParams(max_new_tokens=48))
+    session = ChatSession(gguf_lm, DecodingConfig(method="tr", adaptive=False), cost_curve=FLAT)
+    session.aux_drafter = ScriptedDrafter(ids, tree)
+    cancel = threading.Event()
+    got: list[int] = []
+    done = None
+    for ev in session.generate(MSG, SamplingParams(max_new_tokens=48), cancel):
+        if isinstance(ev, StepStats) and ev.accepted > 2:
+            cancel.set()
+        elif isinstance(ev, TextDelta):
+            got.extend(ev.token_ids)
+        elif isinstance(ev, ReplyDone):
+            done = ev
+    assert done is not None and done.finish_reason == "cancelled"
+    assert 2 < len(got) < len(ids) and got == ids[: len(got)]
+    assert session.engine.length == session.cached_tokens
+    again, _, _ = _run(session, MSG, SamplingParams(max_new_tokens=48))
+    assert again == ids
+    # A stream dropped mid-reply (the consumer walked away) too.
+    stream = session.generate(MSG, SamplingParams(max_new_tokens=48))
+    for ev in stream:
+        if isinstance(ev, StepStats) and ev.accepted > 0:
+            break
+    stream.close()
+    again, _, _ = _run(session, MSG, SamplingParams(max_new_tokens=48))
+    assert again == ids
+
+
+def test_a_file_that_is_not_gguf_is_one_line(tmp_path: Path) -> None:
+    bogus = tmp_path / "model.gguf"
+    bogus.write_bytes(b"not a model at all" * 10)
+    with pytest.raises(ModelLoadError) as err:
+        load_model(ModelSpec(source=str(bogus), engine="llamacpp"))
+    assert "not a GGUF file" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_gguf_llama_cpp_cannot_load_is_one_line(tmp_path: Path) -> None:
+    """A valid GGUF container with an architecture llama.cpp does not know."""
+    import gguf
+
+    path = tmp_path / "alien.gguf"
+    writer = gguf.GGUFWriter(str(path), "alien-arch")
+    writer.add_block_count(1)
+    writer.add_tensor("weird.weight", torch.zeros(4, 4).numpy())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    from samchat.engines.llamacpp_model import LlamaWeights
+
+    with pytest.raises(ModelLoadError) as err:
+        LlamaWeights.load(path)
+    assert "could not load alien.gguf" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_context_overflow_is_one_line(gguf_lm: Any) -> None:
+    session = ChatSession(gguf_lm, DecodingConfig(method="sam+tr"), cost_curve=FLAT)
+    session.context_limit = 64
+    with pytest.raises(SamchatError) as err:
+        list(session.generate([{"role": "user", "content": "word " * 200}]))
+    assert "too long for the model's context" in str(err.value)
+    # The engine itself refuses a batch that does not fit its cache, in one line, and the
+    # session stays usable afterwards.
+    small = LlamaCppEngine(gguf_lm, n_ctx=256)
+    try:
+        small.prefill(list(range(100, 300)))
+        with pytest.raises(SamchatError) as err2:
+            small.forward(list(range(300, 400)))
+        assert "\n" not in str(err2.value)
+        small.crop(200)
+        assert small.length == 200
+        assert small.forward([5]).shape == (1, gguf_lm.vocab_size)
+    finally:
+        small.close()
