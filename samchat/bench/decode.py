@@ -1,9 +1,14 @@
-"""Decoding benchmark on Spec-Bench-format questions: samchat's methods against plain and PLD.
+"""Decoding benchmark on Spec-Bench-format questions: samchat's methods against plain and PLD,
+on one or several engine/dtype configurations.
 
 Protocol (as in Spec-Bench): greedy, chat template, each question's turns in order with the second
 turn following the method's own first answer; speed = new tokens / wall time per question; a
 category's speedup is the ratio of mean speeds. Methods alternate their order per question so
 that machine drift spreads evenly over them.
+
+Methods are named ENGINE[/DTYPE]:METHOD (`llamacpp:sam+tr`, `torch/bfloat16:plain`); a bare
+METHOD runs on the default configuration (what --engine, or auto, picks for --model). Every
+configuration's plain decoding runs too: it is the yardstick of that configuration's methods.
 """
 
 from __future__ import annotations
@@ -11,16 +16,25 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from statistics import mean
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from samchat.errors import SamchatError
 
+if TYPE_CHECKING:
+    from samchat.models.loader import ModelSpec
+
 ALL_METHODS = ("plain", "pld", "sam", "tr", "sam+tr")
+BENCH_ENGINES = ("torch", "llamacpp")
+SYNTAX = "METHOD or ENGINE[/DTYPE]:METHOD"
+# llama-cpp-python's prompt lookup decoding (the llama.cpp peer of transformers' PLD)
+LLAMA_PLD_TOKENS = 10
+LLAMA_PLD_NGRAM = 2  # LlamaPromptLookupDecoding's default
 Progress = Callable[[str], None]
+Table = dict[str, dict[str, dict[str, float | int]]]
 
 
 @dataclass(frozen=True)
@@ -45,6 +59,23 @@ class Run:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
+def setup_label(engine: str, dtype: str = "auto") -> str:
+    """A configuration's name: the engine, and the dtype unless it is auto (torch/bfloat16)."""
+    return engine if dtype == "auto" else f"{engine}/{dtype}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """A method key's configuration and method: 'torch/bfloat16:sam+tr' -> ('torch/bfloat16',
+    'sam+tr')."""
+    label, _, method = key.rpartition(":")
+    return label, method
+
+
+def plain_of(key: str) -> str:
+    """The key of the plain decoding that `key` is measured against."""
+    return f"{split_key(key)[0]}:plain"
+
+
 @dataclass
 class Results:
     """runs[method][question_id] plus each question's category."""
@@ -57,13 +88,16 @@ class Results:
         self.categories[question.question_id] = question.category
         self.runs.setdefault(method, {})[question.question_id] = run
 
-    def table(self) -> dict[str, dict[str, dict[str, float | int]]]:
-        """method -> category (and "overall") -> tokens_per_s, speedup_vs_plain, mat, identical."""
+    def table(self) -> Table:
+        """method -> category (and "overall") -> tokens_per_s, speedup_vs_plain (the same
+        configuration's plain), speedup_vs_best_plain (the fastest plain of the run), mat,
+        identical (to the same configuration's plain) and questions."""
         order = list(dict.fromkeys(self.categories.values()))
-        out: dict[str, dict[str, dict[str, float | int]]] = {}
-        plain = self.runs.get("plain", {})
+        plains = [m for m in self.methods if split_key(m)[1] == "plain"]
+        out: Table = {}
         for method in self.methods:
             runs = self.runs.get(method, {})
+            plain = self.runs.get(plain_of(method), {})
             rows: dict[str, dict[str, float | int]] = {}
             for category in [*order, "overall"]:
                 qids = [
@@ -74,14 +108,16 @@ class Results:
                 if not qids:
                     continue
                 speed = mean(runs[q].tokens_per_s for q in qids)
-                plain_speed = (
-                    mean(plain[q].tokens_per_s for q in qids if q in plain) if plain else 0
+                plain_speed = self._speed(plain, qids)
+                best_plain = max(
+                    (self._speed(self.runs.get(p, {}), qids) for p in plains), default=0
                 )
                 steps = sum(runs[q].steps for q in qids)
                 committed = sum(runs[q].committed for q in qids)
                 rows[category] = {
                     "tokens_per_s": round(speed, 2),
                     "speedup_vs_plain": round(speed / plain_speed, 3) if plain_speed else 0.0,
+                    "speedup_vs_best_plain": round(speed / best_plain, 3) if best_plain else 0.0,
                     "mat": round(committed / steps, 3) if steps else 0.0,
                     "identical": sum(
                         1 for q in qids if q in plain and runs[q].token_ids == plain[q].token_ids
@@ -90,6 +126,11 @@ class Results:
                 }
             out[method] = rows
         return out
+
+    @staticmethod
+    def _speed(runs: dict[str, Run], qids: list[str]) -> float:
+        speeds = [runs[q].tokens_per_s for q in qids if q in runs]
+        return mean(speeds) if speeds else 0.0
 
 
 def default_questions_path() -> Path:
@@ -139,35 +180,107 @@ def pick(questions: Sequence[Question], per_category: int, skip: int = 0) -> lis
     return chosen
 
 
-def parse_methods(text: str) -> tuple[str, ...]:
-    methods = tuple(m.strip() for m in text.split(",") if m.strip())
-    unknown = [m for m in methods if m not in ALL_METHODS]
-    if unknown or not methods:
+def _parse_setup(prefix: str, name: str, torch_dtype: str) -> str:
+    """The configuration label that ENGINE[/DTYPE] names (in method `name`)."""
+    from samchat.models.device import DTYPES
+
+    engine, slash, dtype = prefix.partition("/")
+    if engine not in BENCH_ENGINES:
+        raise SamchatError(
+            f"unknown engine {engine!r} in method {name}; use {' or '.join(BENCH_ENGINES)} "
+            f"({SYNTAX}; a bare METHOD runs on the default engine)"
+        )
+    if engine == "llamacpp":
+        if slash:
+            raise SamchatError(
+                f"method {name}: llama.cpp runs the GGUF file's own types, so it takes no "
+                f"dtype; write llamacpp:{split_key(name)[1]} (dtypes apply to torch)"
+            )
+        return "llamacpp"
+    if slash and dtype not in DTYPES:
+        raise SamchatError(
+            f"unknown dtype {dtype!r} in method {name}; use one of {', '.join(DTYPES)}"
+        )
+    return setup_label("torch", dtype if slash else torch_dtype)
+
+
+def _qualify(text: str, default: str, torch_dtype: str) -> list[str]:
+    """The method keys (CONFIGURATION:METHOD) of a comma-separated list, in its order."""
+    keys: list[str] = []
+    unknown: list[str] = []
+    for name in (m.strip() for m in text.split(",")):
+        if not name:
+            continue
+        prefix, colon, method = name.partition(":")
+        if not colon:
+            prefix, method = "", name
+        label = _parse_setup(prefix, name, torch_dtype) if colon else default
+        if method not in ALL_METHODS:
+            unknown.append(name)
+        keys.append(f"{label}:{method}")
+    if unknown or not keys:
         raise SamchatError(
             f"unknown method(s) {', '.join(unknown) or '(none)'}; "
-            f"choose from {','.join(ALL_METHODS)}"
+            f"choose from {','.join(ALL_METHODS)} ({SYNTAX})"
         )
-    return tuple(dict.fromkeys(("plain", *methods)))  # plain is the yardstick, always run
+    return keys
 
 
-def warm_plan(methods: tuple[str, ...], warm_arg: str | None) -> tuple[tuple[str, ...], bool]:
-    """The methods evaluated after the warm-up (plain first) and whether plain runs again:
-    only when --warm-methods names it, or is not given (plain decoding reads no index)."""
+def parse_methods(text: str, default: str, torch_dtype: str = "auto") -> tuple[str, ...]:
+    """Method keys grouped by configuration (in the order they first appear), each group led
+    by its plain decoding: the yardstick, always run. `default` is the configuration of bare
+    names (a label: "llamacpp", "torch", "torch/bfloat16"); `torch_dtype` the dtype of
+    `torch:` names (--dtype)."""
+    groups: dict[str, list[str]] = {}
+    for key in _qualify(text, default, torch_dtype):
+        label = split_key(key)[0]
+        groups.setdefault(label, [f"{label}:plain"]).append(key)
+    return tuple(dict.fromkeys(key for keys in groups.values() for key in keys))
+
+
+def warm_plan(
+    methods: tuple[str, ...], warm_arg: str | None, default: str, torch_dtype: str = "auto"
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The methods evaluated after the warm-up (in --methods order) and the plain rows reused
+    from before it: a configuration's plain runs again only when --warm-methods names it, or is
+    not given (plain decoding reads no index)."""
     if not warm_arg:
-        return methods, True
-    warm = parse_methods(warm_arg)
-    if not set(warm) <= set(methods):
+        return methods, ()
+    named = set(_qualify(warm_arg, default, torch_dtype))
+    warm = set(parse_methods(warm_arg, default, torch_dtype))
+    if not warm <= set(methods):
         raise SamchatError("--warm-methods must be a subset of --methods")
-    named = {m.strip() for m in warm_arg.split(",")}
-    return warm, "plain" in named
+    evaluated = tuple(m for m in methods if m in warm)
+    reused = tuple(m for m in evaluated if split_key(m)[1] == "plain" and m not in named)
+    return evaluated, reused
+
+
+def default_setup(spec: ModelSpec) -> str:
+    """The configuration that bare method names run on: what --engine (or auto) picks for the
+    model, with --dtype for torch."""
+    from samchat.models.loader import choose_engine
+
+    engine = choose_engine(spec)
+    return setup_label(engine, spec.dtype if engine == "torch" else "auto")
+
+
+def setup_spec(base: ModelSpec, label: str) -> ModelSpec:
+    """What to load for a configuration: the command line's model, this engine and dtype
+    (llama.cpp takes the file's own types: no dtype, no quantization)."""
+    engine, _, dtype = label.partition("/")
+    if engine == "llamacpp":
+        return replace(base, engine="llamacpp", dtype="auto", quantize=None)
+    return replace(base, engine="torch", dtype=dtype or "auto")
 
 
 class DecodeBench:
-    """Holds the model, one chat session per method and a private static index."""
+    """Holds one loaded model per configuration, one chat session per method, a private static
+    index per tokenizer (configurations whose tokenizers match share one) and, for
+    `llamacpp:pld`, one llama-cpp-python Llama with its prompt lookup draft model."""
 
     def __init__(
         self,
-        lm: Any,
+        models: Mapping[str, Any],
         methods: tuple[str, ...],
         max_new_tokens: int,
         index_dir: Path | None = None,
@@ -177,32 +290,52 @@ class DecodeBench:
     ) -> None:
         from samchat.decoding import ChatSession, DecodingConfig, SamplingParams
 
-        self.lm = lm
+        missing = sorted({split_key(m)[0] for m in methods} - set(models))
+        if missing:
+            raise ValueError(f"no model loaded for {', '.join(missing)}")
+        self.models = dict(models)  # configuration label -> LoadedModel
         self.methods = methods
         self.say = progress or (lambda _msg: None)
         self.params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
         self._tmp = tempfile.TemporaryDirectory(prefix="samchat-bench-")
-        self.index = self._open_index(index_dir or Path(self._tmp.name) / "index")
-        self.sessions = {
-            m: ChatSession(
-                lm,
-                DecodingConfig(method=m, max_draft=max_draft, adaptive=adaptive),
-                static_index=self.index,
-            )
-            for m in methods
-            if m != "pld"
-        }
+        base = index_dir or Path(self._tmp.name) / "index"
+        self._indexes: dict[tuple[str, int], Any] = {}
+        self.index_of = {label: self._open_index(lm, base) for label, lm in self.models.items()}
+        self.sessions: dict[str, Any] = {}
+        self._llamas: dict[str, Any] = {}  # llamacpp configuration -> its PLD Llama
+        try:
+            for m in methods:
+                label, method = split_key(m)
+                lm = self.models[label]
+                if method != "pld":
+                    config = DecodingConfig(method=method, max_draft=max_draft, adaptive=adaptive)
+                    self.sessions[m] = ChatSession(lm, config, static_index=self.index_of[label])
+                elif lm.engine == "llamacpp" and label not in self._llamas:
+                    self._llamas[label] = llama_pld(lm)
+        except BaseException:
+            self.close()
+            raise
         self._doc = 0
 
-    def _open_index(self, directory: Path) -> Any:
+    def _open_index(self, lm: Any, base: Path) -> Any:
         try:
             from samchat.sam.index import StaticIndex
         except ImportError:
             return None
-        separator = self.lm.eos_ids[0] if self.lm.eos_ids else 0
-        return StaticIndex.open(directory, self.lm.fingerprint, separator)
+        separator = lm.eos_ids[0] if lm.eos_ids else 0
+        key = (lm.fingerprint, separator)
+        if key not in self._indexes:
+            directory = base / f"{lm.fingerprint}-{separator}"
+            self._indexes[key] = StaticIndex.open(directory, lm.fingerprint, separator)
+        return self._indexes[key]
 
     def close(self) -> None:
+        for llm in self._llamas.values():
+            llm.close()
+        self._llamas.clear()
+        for index in self._indexes.values():
+            index.close()
+        self._indexes.clear()
         self._tmp.cleanup()
 
     def prepare(self) -> None:
@@ -217,13 +350,28 @@ class DecodeBench:
         finally:
             self.params.max_new_tokens = saved
 
+    def warm_chatters(self) -> list[str]:
+        """The sessions that chat through the warm-up, one per static index: a sam+tr one
+        where there is one, else the configuration's plain."""
+        chosen: dict[int, str] = {}
+        for key in self.sessions:
+            index = id(self.index_of[split_key(key)[0]])
+            current = chosen.get(index)
+            if current is None or (
+                split_key(key)[1] == "sam+tr" and split_key(current)[1] != "sam+tr"
+            ):
+                chosen[index] = key
+        return list(chosen.values())
+
     def warm_up(self, questions: Sequence[Question]) -> None:
         """Chat through questions like a user's past chats: the index grows from each turn."""
+        chatters = self.warm_chatters()
         for i, q in enumerate(questions, 1):
             self.say(f"warm-up {i}/{len(questions)}: {q.category} {q.question_id}")
-            self._ask("sam+tr" if "sam+tr" in self.sessions else "plain", q, grow_index=True)
-        if self.index is not None:
-            self.index.flush()
+            for key in chatters:
+                self._ask(key, q, grow_index=True)
+        for index in self._indexes.values():
+            index.flush()
 
     def run(self, questions: Sequence[Question]) -> Results:
         results = Results(self.methods)
@@ -235,76 +383,79 @@ class DecodeBench:
                 results.add(method, q, self._ask(method, q, grow_index=False))
         return results
 
-    def _ask(self, method: str, q: Question, grow_index: bool) -> Run:
+    def _ask(self, key: str, q: Question, grow_index: bool) -> Run:
+        label, method = split_key(key)
+        lm = self.models[label]
+        index = self.index_of[label]
         messages: list[dict[str, str]] = []
         total = Run(0, 0.0, 0, [])
         for turn in q.turns:
             messages.append({"role": "user", "content": turn})
-            raw, seconds, steps = (
-                self._pld(messages) if method == "pld" else self._session(method, messages)
-            )
-            ids = self._strip_eos(raw)
-            text = self.lm.tokenizer.decode(ids, skip_special_tokens=True)
+            if method != "pld":
+                raw, seconds, steps = self._session(key, lm, messages)
+            elif label in self._llamas:
+                raw, seconds, steps = self._llama_pld(label, messages)
+            else:
+                raw, seconds, steps = self._torch_pld(lm, messages)
+            ids = _strip_eos(raw, lm.eos_ids)
+            text = lm.tokenizer.decode(ids, skip_special_tokens=True)
             messages.append({"role": "assistant", "content": text})
             total.tokens += len(ids)
             total.seconds += seconds
             total.steps += steps
             total.committed += len(raw)
             total.token_ids.extend(ids)
-            if grow_index and self.index is not None:
+            if grow_index and index is not None:
                 self._doc += 1
-                tokens = self.lm.tokenizer(turn + "\n" + text)["input_ids"]
-                self.index.add_document(f"bench:{self._doc}", tokens)
+                tokens = lm.tokenizer(turn + "\n" + text)["input_ids"]
+                index.add_document(f"bench:{self._doc}", tokens)
         return total
 
-    def _strip_eos(self, ids: list[int]) -> list[int]:
-        while ids and ids[-1] in self.lm.eos_ids:
-            ids = ids[:-1]
-        return ids
-
-    def _session(self, method: str, messages: list[dict[str, str]]) -> tuple[list[int], float, int]:
+    def _session(
+        self, key: str, lm: Any, messages: list[dict[str, str]]
+    ) -> tuple[list[int], float, int]:
         from samchat.decoding import ReplyDone, TextDelta
 
         ids: list[int] = []
         steps = 0
         start = time.perf_counter()
-        for event in self.sessions[method].generate(messages, self.params):
+        for event in self.sessions[key].generate(messages, self.params):
             if isinstance(event, TextDelta):
                 ids.extend(event.token_ids)
             elif isinstance(event, ReplyDone):
                 steps = event.stats.steps
                 if event.finish_reason == "eos":  # the session does not stream the EOS token
-                    ids.append(self.lm.eos_ids[0])
+                    ids.append(lm.eos_ids[0])
         seconds = time.perf_counter() - start
         return ids, seconds, steps
 
-    def _pld(self, messages: list[dict[str, str]]) -> tuple[list[int], float, int]:
+    def _torch_pld(self, lm: Any, messages: list[dict[str, str]]) -> tuple[list[int], float, int]:
         """transformers' own prompt lookup decoding on the same model."""
         import torch
 
-        tok = self.lm.tokenizer
+        tok = lm.tokenizer
         enc = tok.apply_chat_template(
             messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
         )
-        input_ids = enc["input_ids"].to(self.lm.device)
+        input_ids = enc["input_ids"].to(lm.device)
         calls = [0]
 
         def count(*_: Any) -> None:
             calls[0] += 1
 
-        hook = self.lm.model.register_forward_hook(count)
+        hook = lm.model.register_forward_hook(count)
         try:
             start = time.perf_counter()
             with torch.no_grad():
-                out = self.lm.model.generate(
+                out = lm.model.generate(
                     input_ids,
                     attention_mask=torch.ones_like(input_ids),
                     max_new_tokens=self.params.max_new_tokens,
                     do_sample=False,
                     prompt_lookup_num_tokens=10,
                     max_matching_ngram_size=3,
-                    eos_token_id=list(self.lm.eos_ids),
-                    pad_token_id=self.lm.eos_ids[0],
+                    eos_token_id=list(lm.eos_ids),
+                    pad_token_id=lm.eos_ids[0],
                 )
             seconds = time.perf_counter() - start
         finally:
@@ -312,13 +463,130 @@ class DecodeBench:
         # PLD drafts from the prompt from the first forward on: every call is a step.
         return out[0, input_ids.shape[1] :].tolist(), seconds, max(calls[0], 1)
 
+    def _llama_pld(
+        self, label: str, messages: list[dict[str, str]]
+    ) -> tuple[list[int], float, int]:
+        """llama-cpp-python's prompt lookup decoding, greedy, from the prompt samchat renders.
+        Each eval() is one forward (the prompt, then the pending token plus the draft) that
+        yields at least one token: every call is a step, as in samchat's count."""
+        lm = self.models[label]
+        llm = self._llamas[label]
+        prompt = render(lm.tokenizer, messages)
+        room = int(llm.n_ctx()) - len(prompt)
+        if room <= 0:
+            raise SamchatError(
+                f"a prompt of {len(prompt)} tokens does not fit llama.cpp's context "
+                f"({llm.n_ctx()} tokens); lower --max-new-tokens or pick other questions"
+            )
+        limit = min(self.params.max_new_tokens, room)
+        eos = set(lm.eos_ids)
+        ids: list[int] = []
+        llm.evals = 0
+        start = time.perf_counter()
+        tokens = llm.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0)
+        try:
+            for token in tokens:
+                ids.append(int(token))
+                if token in eos or len(ids) >= limit:
+                    break
+        finally:
+            tokens.close()
+        seconds = time.perf_counter() - start
+        return ids, seconds, max(int(llm.evals), 1)
 
-def format_table(table: dict[str, dict[str, dict[str, float | int]]]) -> str:
-    """A Markdown table: one row per category, speedup and MAT per method."""
+
+def _strip_eos(ids: list[int], eos_ids: Sequence[int]) -> list[int]:
+    while ids and ids[-1] in eos_ids:
+        ids = ids[:-1]
+    return ids
+
+
+def render(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """The prompt ids samchat's ChatSession renders for messages (assistant prompt appended)."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    ids: list[int] = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return ids
+
+
+def llama_pld_settings() -> dict[str, Any]:
+    """How `llamacpp:pld` runs (for the benchmark's metadata)."""
+    return {
+        "implementation": "llama_cpp.Llama + llama_speculative.LlamaPromptLookupDecoding",
+        "num_pred_tokens": LLAMA_PLD_TOKENS,
+        "max_ngram_size": LLAMA_PLD_NGRAM,
+        "kv_cache": "q8_0 keys and values, flash attention (as samchat's llama.cpp engine)",
+        "logits_all": True,
+        "sampling": "greedy (temp 0, top_k 1)",
+    }
+
+
+def llama_pld(lm: Any) -> Any:
+    """A llama-cpp-python Llama over lm's GGUF file with its prompt lookup draft model, the KV
+    cache kept as samchat's llama.cpp engine keeps it (Q8_0 keys and values, flash attention),
+    its eval() calls counted. logits_all=True: with a draft model Llama keeps every row's
+    logits, but sizes its logits buffer by n_batch unless logits_all is given, and then fails
+    once a conversation passes n_batch tokens."""
+    import llama_cpp
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    from samchat.engines.llamacpp import KV_TYPE
+    from samchat.engines.llamacpp_model import llama, threads
+
+    llama()  # initialised once, llama.cpp's log routed to Python logging
+
+    class CountingLlama(llama_cpp.Llama):
+        evals = 0
+
+        def eval(self, tokens: Sequence[int]) -> None:
+            self.evals += 1
+            super().eval(tokens)
+
+    n = threads()
+    return CountingLlama(
+        model_path=str(lm.model.path),
+        draft_model=LlamaPromptLookupDecoding(
+            max_ngram_size=LLAMA_PLD_NGRAM, num_pred_tokens=LLAMA_PLD_TOKENS
+        ),
+        logits_all=True,
+        n_ctx=int(lm.context_limit),
+        n_gpu_layers=0,
+        n_threads=n,
+        n_threads_batch=n,
+        flash_attn=True,
+        type_k=KV_TYPE,
+        type_v=KV_TYPE,
+        verbose=False,
+    )
+
+
+def format_table(table: Table) -> str:
+    """Markdown: the overall row of every method, then speed, speedup, MAT and identical
+    replies per category (one column per method)."""
     methods = list(table)
-    categories = list(dict.fromkeys(c for rows in table.values() for c in rows))
-    head = "| category | " + " | ".join(f"{m} tok/s, x, MAT, same" for m in methods) + " |"
-    lines = [head, "|" + "---|" * (len(methods) + 1)]
+    lines = [
+        "| method | tok/s | vs plain | vs best plain | MAT | identical |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for m in methods:
+        r = table[m].get("overall")
+        if r:
+            lines.append(
+                f"| {m} | {r['tokens_per_s']:.1f} | {r['speedup_vs_plain']:.2f}x | "
+                f"{r['speedup_vs_best_plain']:.2f}x | {r['mat']:.2f} | "
+                f"{r['identical']}/{r['questions']} |"
+            )
+    categories = [
+        c for c in dict.fromkeys(c for rows in table.values() for c in rows) if c != "overall"
+    ]
+    if not categories:
+        return "\n".join(lines)
+    lines += [
+        "",
+        "Per category: tok/s, speedup vs the configuration's plain, MAT, identical/questions.",
+        "",
+        "| category | " + " | ".join(methods) + " |",
+        "|---|" + "---|" * len(methods),
+    ]
     for c in categories:
         cells = []
         for m in methods:
@@ -329,19 +597,18 @@ def format_table(table: dict[str, dict[str, dict[str, float | int]]]) -> str:
                 if r
                 else "-"
             )
-        name = f"**{c}**" if c == "overall" else c
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def plot(table: dict[str, dict[str, dict[str, float | int]]], path: Path, title: str) -> None:
-    """A PNG bar chart of speedup over plain by category."""
+def plot(table: Table, path: Path, title: str) -> None:
+    """A PNG bar chart by category of each method's speedup over its configuration's plain."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    methods = [m for m in table if m != "plain"]
+    methods = [m for m in table if split_key(m)[1] != "plain"]
     categories = list(dict.fromkeys(c for rows in table.values() for c in rows))
     width = 0.8 / max(len(methods), 1)
     fig, ax = plt.subplots(figsize=(max(8, len(categories) * 0.9), 4.5))
@@ -352,7 +619,7 @@ def plot(table: dict[str, dict[str, dict[str, float | int]]], path: Path, title:
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks([j + width * (len(methods) - 1) / 2 for j in range(len(categories))])
     ax.set_xticklabels(categories, rotation=30, ha="right")
-    ax.set_ylabel("speedup over plain decoding")
+    ax.set_ylabel("speedup over the same configuration's plain")
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()

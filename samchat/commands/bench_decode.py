@@ -1,4 +1,5 @@
-"""`samchat bench decode`: speed, MAT and lossless-ness of each method on Spec-Bench questions."""
+"""`samchat bench decode`: speed, MAT and lossless-ness of each method on Spec-Bench questions,
+on one or several engine/dtype configurations (`--methods llamacpp:sam+tr,torch:plain`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import platform
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,15 @@ from samchat.errors import SamchatError
 def register_bench(sub: Any) -> None:
     parser = sub.add_parser("decode", help="compare decoding methods on Spec-Bench questions")
     parser.add_argument("--questions", type=Path, default=None, help="Spec-Bench-format JSONL")
-    parser.add_argument("--methods", default="plain,pld,sam,tr,sam+tr")
+    parser.add_argument(
+        "--methods",
+        default="plain,pld,sam,tr,sam+tr",
+        help="comma-separated METHOD or ENGINE[/DTYPE]:METHOD (engines torch, llamacpp; "
+        "methods plain, pld, sam, tr, sam+tr), e.g. llamacpp:pld,llamacpp:sam+tr,"
+        "torch/bfloat16:plain; a bare METHOD runs on the default engine (--engine, or what "
+        "auto picks), torch: without a dtype on --dtype. Each configuration's plain runs too: "
+        "its speedups are measured against it",
+    )
     parser.add_argument("--per-category", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument(
@@ -30,7 +40,8 @@ def register_bench(sub: Any) -> None:
         "--warm-methods",
         default=None,
         help="methods to evaluate again after the warm-up (default: all of --methods); "
-        "unless plain is named, the warm table compares against the runs of plain before it",
+        "unless a configuration's plain is named, the warm table compares against the runs "
+        "of that plain before it",
     )
     parser.add_argument(
         "--max-draft",
@@ -56,63 +67,64 @@ def run(args: argparse.Namespace) -> int:
     from samchat.bench.decode import (
         DecodeBench,
         default_questions_path,
+        default_setup,
         format_table,
+        llama_pld_settings,
         load_questions,
         parse_methods,
         pick,
         plot,
+        setup_spec,
+        split_key,
         warm_plan,
     )
     from samchat.models import load_model
+    from samchat.models.loader import choose_engine
 
     def say(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
-    methods = parse_methods(args.methods)
-    warm_methods, rerun_plain = warm_plan(methods, args.warm_methods)
+    base = replace(spec_from_args(args), engine=getattr(args, "engine", "auto") or "auto")
+    default = default_setup(base)
+    methods = parse_methods(args.methods, default, base.dtype)
+    warm_methods, reused_plains = warm_plan(methods, args.warm_methods, default, base.dtype)
     path = args.questions or default_questions_path()
     questions = load_questions(path)
     evaluated = pick(questions, args.per_category, skip=args.warm_chats)
     if args.max_draft < 0:
         raise SamchatError(f"--max-draft must be >= 0, got {args.max_draft}")
-    lm = load_model(spec_from_args(args), progress=say)
+    labels = list(dict.fromkeys(split_key(m)[0] for m in methods))
+    specs = {label: setup_spec(base, label) for label in labels}
+    for spec in specs.values():  # every configuration can run (engine, file, llama_cpp) first
+        choose_engine(spec)
+    models = {label: load_model(spec, progress=say) for label, spec in specs.items()}
     bench = DecodeBench(
-        lm,
+        models,
         methods,
         args.max_new_tokens,
         progress=say,
         max_draft=args.max_draft,
         adaptive=args.selection == "adaptive",
     )
-    output: dict[str, Any] = {
-        "meta": {
-            "model": lm.name,
-            "device": str(lm.device),
-            "machine": platform.platform(),
-            "date": time.strftime("%Y-%m-%d"),
-            "questions": str(path),
-            "per_category": args.per_category,
-            "max_new_tokens": args.max_new_tokens,
-            "warm_chats": args.warm_chats,
-            "max_draft": args.max_draft,
-            "selection": args.selection,
-            "command": "samchat " + " ".join(sys.argv[1:]),
-        }
-    }
+    first = models[labels[0]]
+    output: dict[str, Any] = {"meta": _meta(args, path, models, methods, default)}
+    if any(k.startswith("llamacpp:") and split_key(k)[1] == "pld" for k in methods):
+        output["meta"]["llamacpp_pld"] = llama_pld_settings()
+    tables: dict[str, Any] = {}
     try:
         bench.prepare()
         cold_results = bench.run(evaluated)
         cold = cold_results.table()
         output.update(cold)
         print("## without warm-up\n" + format_table(cold))
-        tables = {"cold": cold}
+        tables["cold"] = cold
         if args.warm_chats:
             bench.warm_up(pick(questions, args.warm_chats))
-            bench.methods = warm_methods if rerun_plain else warm_methods[1:]
+            bench.methods = tuple(m for m in warm_methods if m not in reused_plains)
             warm_results = bench.run(evaluated)
-            if not rerun_plain:  # plain decoding reads no index: its first runs still hold
-                warm_results.runs["plain"] = cold_results.runs["plain"]
-                warm_results.methods = warm_methods
+            for plain in reused_plains:  # plain decoding reads no index: its runs still hold
+                warm_results.runs[plain] = cold_results.runs[plain]
+            warm_results.methods = warm_methods
             warm = warm_results.table()
             output["warm"] = warm
             tables["warm"] = warm
@@ -122,7 +134,56 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps(output, indent=2))
     if args.png:
+        where = ", ".join(labels)
         for name, table in tables.items():
             target = args.png if name == "cold" else args.png.with_stem(args.png.stem + "-warm")
-            plot(table, target, f"{lm.name} on {lm.device}: speedup over plain ({name})")
+            plot(table, target, f"{first.name} ({where}): speedup over plain ({name})")
     return 0
+
+
+def _meta(
+    args: argparse.Namespace,
+    path: Path,
+    models: dict[str, Any],
+    methods: tuple[str, ...],
+    default: str,
+) -> dict[str, Any]:
+    """The machine, the engines' versions and each configuration's model."""
+    import torch
+
+    from samchat.engines.cpu import cpu_flags, cpu_name
+
+    first = next(iter(models.values()))
+    versions = {"torch": str(torch.__version__)}
+    if any(lm.engine == "llamacpp" for lm in models.values()):
+        from samchat.engines.llamacpp_model import version
+
+        versions["llama_cpp_python"] = version()
+    return {
+        "model": first.name,
+        "device": str(first.device),
+        "machine": platform.platform(),
+        "cpu": cpu_name(),
+        "cpu_flags": cpu_flags(),
+        "versions": versions,
+        "configurations": {
+            label: {
+                "engine": lm.engine,
+                "model": lm.name,
+                "dtype": lm.dtype,
+                "device": str(lm.device),
+                "source": str(lm.source),
+            }
+            for label, lm in models.items()
+        },
+        "default_configuration": default,
+        "methods": list(methods),
+        "date": time.strftime("%Y-%m-%d"),
+        "questions": str(path),
+        "per_category": args.per_category,
+        "max_new_tokens": args.max_new_tokens,
+        "warm_chats": args.warm_chats,
+        "max_draft": args.max_draft,
+        "selection": args.selection,
+        "command": "samchat " + " ".join(sys.argv[1:]),
+    }

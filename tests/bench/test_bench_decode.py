@@ -7,9 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from samchat.bench.decode import load_questions, parse_methods, pick, warm_plan
+from samchat.bench.decode import (
+    Question,
+    Results,
+    Run,
+    default_setup,
+    format_table,
+    load_questions,
+    parse_methods,
+    pick,
+    setup_spec,
+    warm_plan,
+)
 from samchat.cli import main
 from samchat.errors import SamchatError
+from samchat.models.loader import ModelSpec
 
 QUESTIONS = [
     {
@@ -20,10 +32,18 @@ QUESTIONS = [
     {"question_id": 2, "category": "qa", "turns": ["What is the capital of Italy?"]},
     {"question_id": 3, "category": "qa", "turns": ["Name three primary colours."]},
 ]
+KEYS = {
+    "tokens_per_s",
+    "speedup_vs_plain",
+    "speedup_vs_best_plain",
+    "mat",
+    "identical",
+    "questions",
+}
 
 
-def write_questions(path: Path) -> Path:
-    path.write_text("\n".join(json.dumps(q) for q in QUESTIONS) + "\n")
+def write_questions(path: Path, questions: list[dict[str, object]] = QUESTIONS) -> Path:
+    path.write_text("\n".join(json.dumps(q) for q in questions) + "\n")
     return path
 
 
@@ -41,30 +61,133 @@ def test_bad_inputs_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(SamchatError, match="not a Spec-Bench question"):
         load_questions(bad)
     with pytest.raises(SamchatError, match="unknown method"):
-        parse_methods("plain,fast")
-    assert parse_methods("sam+tr") == ("plain", "sam+tr")
+        parse_methods("plain,fast", "torch")
+    assert parse_methods("sam+tr", "torch") == ("torch:plain", "torch:sam+tr")
+
+
+def test_qualified_methods_group_by_configuration_plain_first() -> None:
+    text = "llamacpp:pld,torch:sam+tr,sam+tr,torch/bfloat16:plain,llamacpp:plain"
+    assert parse_methods(text, "llamacpp") == (
+        "llamacpp:plain",
+        "llamacpp:pld",
+        "llamacpp:sam+tr",  # bare: the default configuration
+        "torch:plain",
+        "torch:sam+tr",
+        "torch/bfloat16:plain",
+    )
+    # `torch:` takes --dtype; an explicit auto is no dtype at all
+    assert parse_methods("torch:tr,torch/auto:sam", "llamacpp", "bfloat16") == (
+        "torch/bfloat16:plain",
+        "torch/bfloat16:tr",
+        "torch:plain",
+        "torch:sam",
+    )
+    assert parse_methods(" pld , tr ", "torch/float16") == (
+        "torch/float16:plain",
+        "torch/float16:pld",
+        "torch/float16:tr",
+    )
+
+
+@pytest.mark.parametrize(
+    ("methods", "message"),
+    [
+        ("gpu:plain", "unknown engine 'gpu'"),
+        ("auto:sam+tr", "unknown engine 'auto'"),
+        ("llamacpp/bfloat16:plain", "takes no dtype"),
+        ("torch/int4:plain", "unknown dtype 'int4'"),
+        ("llamacpp:fast,torch:sam", "unknown method.*llamacpp:fast"),
+        ("torch:", "unknown method"),
+        (" , ", "unknown method"),
+    ],
+)
+def test_qualified_method_errors(methods: str, message: str) -> None:
+    with pytest.raises(SamchatError, match=message) as info:
+        parse_methods(methods, "llamacpp")
+    assert "\n" not in str(info.value)
+
+
+def test_default_configuration_and_specs() -> None:
+    assert default_setup(ModelSpec(source="some/dir", engine="torch")) == "torch"
+    assert default_setup(ModelSpec(engine="torch", dtype="bfloat16")) == "torch/bfloat16"
+    assert default_setup(ModelSpec(engine="llamacpp")) == "llamacpp"
+    base = ModelSpec(dtype="bfloat16", engine="auto")
+    assert setup_spec(base, "llamacpp") == ModelSpec(engine="llamacpp")
+    assert setup_spec(base, "torch/float32") == ModelSpec(engine="torch", dtype="float32")
+    assert setup_spec(base, "torch") == ModelSpec(engine="torch")
 
 
 def test_warm_plan_reruns_plain_only_when_named() -> None:
-    methods = parse_methods("pld,sam+tr")
-    assert warm_plan(methods, None) == (methods, True)
-    assert warm_plan(methods, "sam+tr") == (("plain", "sam+tr"), False)
-    assert warm_plan(methods, "sam+tr, plain") == (("plain", "sam+tr"), True)
-    assert warm_plan(methods, " plain ") == (("plain",), True)
+    methods = parse_methods("pld,sam+tr,torch:tr", "llamacpp")
+    lc = ("llamacpp:plain", "llamacpp:sam+tr")
+    assert warm_plan(methods, None, "llamacpp") == (methods, ())
+    assert warm_plan(methods, "sam+tr", "llamacpp") == (lc, ("llamacpp:plain",))
+    assert warm_plan(methods, "sam+tr, plain", "llamacpp") == (lc, ())
+    assert warm_plan(methods, " llamacpp:plain ", "llamacpp") == (("llamacpp:plain",), ())
+    # per configuration: torch's plain is named, llama.cpp's is not
+    assert warm_plan(methods, "torch:plain,torch:tr,llamacpp:sam+tr", "llamacpp") == (
+        (*lc, "torch:plain", "torch:tr"),
+        ("llamacpp:plain",),
+    )
     with pytest.raises(SamchatError, match="subset"):
-        warm_plan(methods, "tr")
+        warm_plan(methods, "tr", "llamacpp")
+    with pytest.raises(SamchatError, match="subset"):
+        warm_plan(methods, "torch:sam+tr", "llamacpp")
+
+
+def _run(ids: list[int], seconds: float) -> Run:
+    return Run(len(ids), seconds, len(ids), list(ids), committed=len(ids))
+
+
+def test_table_compares_each_method_with_its_own_plain_and_the_best_plain() -> None:
+    a, b = Question("1", "qa", ("x",)), Question("2", "code", ("y",))
+    results = Results(("llamacpp:plain", "llamacpp:sam+tr", "torch:plain", "torch:sam+tr"))
+    for q in (a, b):
+        results.add("llamacpp:plain", q, _run([1, 2, 3, 4], 1.0))  # 4 tok/s
+        results.add("torch:plain", q, _run([1, 2, 3, 5], 2.0))  # 2 tok/s, another reply
+        results.add("llamacpp:sam+tr", q, _run([1, 2, 3, 4], 0.5))  # 8 tok/s
+    results.add("torch:sam+tr", a, _run([1, 2, 3, 5], 0.5))  # same as torch:plain
+    results.add("torch:sam+tr", b, _run([1, 2, 3, 4], 0.5))  # same as llamacpp:plain only
+    table = results.table()
+    assert {k for rows in table.values() for r in rows.values() for k in r} == KEYS
+    lc, ls, tp, ts = (table[m]["overall"] for m in results.methods)
+    assert (lc["speedup_vs_plain"], lc["speedup_vs_best_plain"]) == (1.0, 1.0)
+    assert (tp["speedup_vs_plain"], tp["speedup_vs_best_plain"]) == (1.0, 0.5)
+    assert (ls["speedup_vs_plain"], ls["speedup_vs_best_plain"]) == (2.0, 2.0)
+    assert (ts["speedup_vs_plain"], ts["speedup_vs_best_plain"]) == (4.0, 2.0)
+    assert [r["identical"] for r in (lc, ls, tp, ts)] == [2, 2, 2, 1]
+    assert table["torch:sam+tr"]["code"]["identical"] == 0
+    text = format_table(table)
+    assert "| torch:sam+tr | 8.0 | 4.00x | 2.00x | 1.00 | 1/2 |" in text
+    assert "| qa | 4.0, 1.00x, 1.00, 1/1 |" in text
 
 
 def test_bad_command_line_values_are_one_line_errors(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     questions = write_questions(tmp_path / "q.jsonl")
     base = ["bench", "decode", "--questions", str(questions)]
-    assert main([*base, "--max-draft", "-1"]) != 0
-    err = capsys.readouterr().err.strip()
-    assert "--max-draft must be >= 0" in err and len(err.splitlines()) == 1
-    assert main([*base, "--methods", "sam", "--warm-methods", "tr"]) != 0
-    assert "subset of --methods" in capsys.readouterr().err
+
+    def one_line_error(*extra: str) -> str:
+        assert main([*base, *extra]) != 0
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        return err
+
+    assert "--max-draft must be >= 0" in one_line_error("--max-draft", "-1")
+    assert "subset of --methods" in one_line_error("--methods", "sam", "--warm-methods", "tr")
+    assert "unknown engine 'vllm'" in one_line_error("--methods", "vllm:plain")
+    assert "unknown method" in one_line_error("--methods", "llamacpp:medusa")
+    assert "takes no dtype" in one_line_error("--methods", "llamacpp/bfloat16:plain")
+    model_dir = tmp_path / "hf-model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+    err = one_line_error("--model", str(model_dir), "--methods", "torch:plain,llamacpp:sam+tr")
+    assert "runs .gguf files" in err
+    monkeypatch.setattr(
+        "samchat.engines.llamacpp_model.unavailable_reason", lambda: "llama-cpp-python is gone"
+    )
+    assert "llama-cpp-python is gone" in one_line_error("--methods", "llamacpp:plain")
 
 
 def test_bench_decode_writes_table_json_and_chart(tmp_path: Path, default_lm: object) -> None:
@@ -73,22 +196,25 @@ def test_bench_decode_writes_table_json_and_chart(tmp_path: Path, default_lm: ob
     png = tmp_path / "bench.png"
     code = main(
         [
-            "bench", "decode", "--questions", str(questions), "--methods", "pld,sam+tr",
+            "bench", "decode", "--questions", str(questions), "--methods", "torch:pld,torch:sam+tr",
             "--per-category", "1", "--max-new-tokens", "12", "--json", str(out), "--png", str(png),
         ]
     )  # fmt: skip
     assert code == 0
     data = json.loads(out.read_text())
-    assert set(data) >= {"meta", "plain", "pld", "sam+tr"}
-    for method in ("plain", "pld", "sam+tr"):
+    assert set(data) == {"meta", "torch:plain", "torch:pld", "torch:sam+tr"}
+    for method in ("torch:plain", "torch:pld", "torch:sam+tr"):
         assert set(data[method]) == {"writing", "qa", "overall"}
         overall = data[method]["overall"]
+        assert set(overall) == KEYS
         assert overall["questions"] == 2
         assert overall["tokens_per_s"] > 0
         assert overall["mat"] >= 1.0
         # greedy decoding is lossless: every method reproduces plain decoding exactly
         assert overall["identical"] == 2
-    assert data["plain"]["overall"]["speedup_vs_plain"] == 1.0
+    assert data["torch:plain"]["overall"]["speedup_vs_plain"] == 1.0
+    assert data["torch:plain"]["overall"]["speedup_vs_best_plain"] == 1.0
+    assert data["meta"]["configurations"]["torch"]["dtype"] == "float32"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -104,10 +230,64 @@ def test_bench_decode_warm_up_table_reuses_plain_runs(tmp_path: Path, default_lm
     )  # fmt: skip
     assert code == 0
     data = json.loads(out.read_text())
+    default = default_setup(ModelSpec())  # bare names run on what auto picks
+    plain, sam_tr = f"{default}:plain", f"{default}:sam+tr"
+    assert data["meta"]["default_configuration"] == default
     # Warm-up takes the first question of each category; the evaluated one is the next qa one.
-    assert set(data["sam+tr"]) == {"qa", "overall"}
+    assert set(data[sam_tr]) == {"qa", "overall"}
     warm = data["warm"]
-    assert set(warm) == {"plain", "sam+tr"}
-    assert warm["plain"] == data["plain"]  # plain reads no index: its runs are reused
-    assert warm["sam+tr"]["overall"]["identical"] == 1
+    assert set(warm) == {plain, sam_tr}
+    assert warm[plain] == data[plain]  # plain reads no index: its runs are reused
+    assert warm[sam_tr]["overall"]["identical"] == 1
     assert (tmp_path / "c-warm.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.model
+def test_bench_decode_compares_engines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """llama.cpp's plain, samchat's sam+tr and llama-cpp-python's own PLD against torch's plain
+    on the real default model: one model per engine, each method against its engine's plain."""
+    questions = write_questions(tmp_path / "q.jsonl", QUESTIONS[1:])
+    out = tmp_path / "bench.json"
+    methods = ["llamacpp:plain", "llamacpp:sam+tr", "llamacpp:pld", "torch:plain"]
+    code = main(
+        [
+            "bench", "decode", "--questions", str(questions), "--methods", ",".join(methods),
+            "--per-category", "2", "--max-new-tokens", "16", "--json", str(out),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert set(data) == {"meta", *methods}
+    meta = data["meta"]
+    assert meta["methods"] == methods
+    assert set(meta["configurations"]) == {"llamacpp", "torch"}
+    assert meta["configurations"]["llamacpp"]["dtype"] == "Q4_1"
+    assert meta["configurations"]["torch"]["dtype"] == "float32"
+    assert set(meta["versions"]) == {"torch", "llama_cpp_python"}
+    assert meta["cpu"] and isinstance(meta["cpu_flags"], list)
+    assert meta["llamacpp_pld"]["num_pred_tokens"] == 10
+    for method in methods:
+        assert set(data[method]) == {"qa", "overall"}
+        row = data[method]["overall"]
+        assert set(row) == KEYS
+        assert row["questions"] == 2 and row["tokens_per_s"] > 0 and row["mat"] >= 1.0
+        assert 0 <= row["identical"] <= 2
+        cells = f"{row['identical']}/{row['questions']} |"
+        assert any(
+            line.startswith(f"| {method} |") and cells in line for line in printed.split("\n")
+        )
+    # samchat's drafting is lossless on llama.cpp; each plain is its own yardstick
+    assert data["llamacpp:sam+tr"]["overall"]["identical"] == 2
+    for plain in ("llamacpp:plain", "torch:plain"):
+        assert data[plain]["overall"]["identical"] == 2
+        assert data[plain]["overall"]["speedup_vs_plain"] == 1.0
+    for category in ("qa", "overall"):
+        plains = [data[p][category] for p in ("llamacpp:plain", "torch:plain")]
+        best = max(plains, key=lambda r: r["tokens_per_s"])
+        assert best["speedup_vs_best_plain"] == 1.0
+        for method in methods:
+            row = data[method][category]
+            assert row["speedup_vs_best_plain"] == pytest.approx(
+                row["tokens_per_s"] / best["tokens_per_s"], rel=0.01, abs=0.002
+            )
