@@ -175,7 +175,11 @@ class ChatSession:
         (what the first reply token is chosen from). Leaves the cache holding the prompt."""
         prompt = self.render(messages)
         self.prefill_tokens(prompt)
-        logits = self._engine.forward([prompt[-1]])[-1].clone()
+        try:
+            logits = self._engine.forward([prompt[-1]])[-1].clone()
+        except BaseException:
+            self._restore()
+            raise
         self._cached.append(prompt[-1])
         return logits
 
@@ -186,12 +190,12 @@ class ChatSession:
 
     def _calibrate(self, pending: int) -> float:
         """Time one single-token forward (then drop its row): the plain-decoding step cost."""
-        n = len(self._cached)
         t0 = time.perf_counter()
-        self._engine.forward([pending])
-        dt = time.perf_counter() - t0
-        self._engine.crop(n)
-        return dt
+        try:
+            self._engine.forward([pending])
+            return time.perf_counter() - t0
+        finally:
+            self._restore()
 
     # -- drafters -----------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ class LlamaCppEngine:
         self.lm = lm
         self.weights = lm.model
         self.device = torch.device("cpu")
-        self.plain_reason: str | None = None
+        self.plain_reason: str | None = self.weights.plain_reason
         self.tree_reason: str | None = None
         lib = llama()
         self._lib = lib
@@ -65,7 +65,8 @@ class LlamaCppEngine:
         if not ctx:
             raise SamchatError(
                 f"llama.cpp could not create a context of {params.n_ctx} tokens for "
-                f"{self.weights.path.name} (out of memory?)"
+                f"{self.weights.path.name} (out of memory?); close other programs or pick a "
+                "smaller model"
             )
         self._ctx = ctx
         self._mem = lib.llama_get_memory(ctx)
@@ -102,10 +103,13 @@ class LlamaCppEngine:
 
     def crop(self, length: int) -> None:
         lib = self._lib
-        lib.llama_memory_seq_rm(self._mem, -1, length, -1)
-        if self._tree is not None:  # a tree forward that was never committed
-            lib.llama_memory_seq_keep(self._mem, 0)
-            self._tree = None
+        if not lib.llama_memory_seq_rm(self._mem, -1, length, -1):
+            self.reset()  # this memory cannot drop a suffix: start over (the session re-prefills)
+            return
+        # Leaf sequences a tree forward (committed or not, decoded or failed) may have left.
+        lib.llama_memory_seq_keep(self._mem, 0)
+        self._tree = None
+        # A failed decode never consumes the backlog (it is cleared only after success).
         self._backlog = self._backlog[: max(0, length - self._cells)]
 
     # -- forwards -----------------------------------------------------------------------------
@@ -118,7 +122,9 @@ class LlamaCppEngine:
                 raise SamchatError(
                     "llama.cpp found no room in its KV cache; start a new chat or shorten it"
                 )
-            raise SamchatError(f"llama.cpp failed to decode a batch (code {rc})")
+            raise SamchatError(
+                f"llama.cpp failed to decode a batch (code {rc}); try again, or use --engine torch"
+            )
 
     def _fill(self, ids: list[int], start: int, outputs: int) -> None:
         """Rows for ids at positions start, start + 1, ... in sequence 0; the last `outputs`
@@ -156,7 +162,7 @@ class LlamaCppEngine:
         n = len(ids)
         back = self._backlog
         if n + len(back) > MAX_BATCH:
-            raise SamchatError(f"a forward takes at most {MAX_BATCH} tokens, got {n}")
+            raise SamchatError(f"a forward takes at most {MAX_BATCH} tokens, got {n + len(back)}")
         start = self._cells
         if layout is None:
             self._fill(back + ids, start, outputs=n)
@@ -202,7 +208,8 @@ class LlamaCppEngine:
         if tree is None:  # plain or sequence input: the kept rows are the first ones
             if keep != list(range(len(keep))):
                 raise ValueError("a sequence forward keeps a prefix of its inputs")
-            lib.llama_memory_seq_rm(mem, 0, start + len(keep), -1)
+            if not lib.llama_memory_seq_rm(mem, 0, start + len(keep), -1):
+                raise SamchatError("llama.cpp could not drop rejected draft rows from its cache")
             return
         # Cells are attended in storage order, so a later token must never land in a cell
         # before an older one: keep only the accepted rows that lead the batch (no dropped row

@@ -86,8 +86,20 @@ class LlamaWeights:
         buf = ctypes.create_string_buffer(256)
         lib.llama_model_desc(handle, buf, ctypes.sizeof(buf))
         self.desc = buf.value.decode("utf-8", "replace")
-        # "llama 135M Q4_1" -> "Q4_1": the weight type the file holds
-        self.file_type = self.desc.rsplit(" ", 1)[-1] if " " in self.desc else self.desc
+        # "llama 135M Q4_1" -> "Q4_1", "llama 8B Q4_K - Medium" -> "Q4_K - Medium"
+        parts = self.desc.split(" ", 2)
+        self.file_type = parts[2] if len(parts) == 3 else self.desc
+        # Every end-of-generation token (end of turn included), not only the vocab's EOS.
+        self.eog_ids = tuple(
+            t for t in range(self.n_vocab) if lib.llama_vocab_is_eog(self.vocab, t)
+        )
+        # Drafting needs cache rows that can be dropped again; recurrent state cannot be rolled
+        # back, and a sliding window may already have overwritten the cells a rollback needs.
+        self.plain_reason: str | None = None
+        if lib.llama_model_is_recurrent(handle) or lib.llama_model_is_hybrid(handle):
+            self.plain_reason = "its recurrent state cannot be rolled back to a prefix"
+        elif int(lib.llama_model_n_swa(handle)) > 0:
+            self.plain_reason = "its sliding-window cache cannot be rolled back to a prefix"
 
     @classmethod
     def load(cls, path: Path) -> LlamaWeights:

@@ -15,6 +15,8 @@ from samchat.models.default import DEFAULT_MODEL_NAME, bundled_gguf, default_mod
 from samchat.models.device import resolve_device, resolve_dtype
 
 Progress = Callable[[str], None]
+# Tokens of context a llama.cpp session allocates at most (a Q8_0 cache per session).
+LLAMACPP_MAX_CONTEXT = 8192
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,8 @@ class LoadedModel:
 
     @property
     def context_limit(self) -> int:
-        if self.engine == "llamacpp":
-            return int(self.model.n_ctx_train)
+        if self.engine == "llamacpp":  # llama.cpp allocates its whole cache up front
+            return min(int(self.model.n_ctx_train), LLAMACPP_MAX_CONTEXT)
         limit = getattr(self.model.config, "max_position_embeddings", None)
         return int(limit) if limit else 2048
 
@@ -286,7 +288,11 @@ def _load_llamacpp(spec: ModelSpec, say: Progress) -> LoadedModel:
     from samchat.engines.llamacpp_model import LlamaWeights
 
     where = _resolve_source(spec, say, engine="llamacpp")
-    assert where.gguf_file is not None
+    if where.gguf_file is None:
+        raise ModelLoadError(
+            f"the llama.cpp engine runs .gguf files; {spec.source} is a directory "
+            "(use --engine torch, or pass the .gguf file inside it)"
+        )
     say(f"loading tokenizer of {where.name}")
     tokenizer = _load_tokenizer(where, spec)
     if not getattr(tokenizer, "chat_template", None):
@@ -300,6 +306,7 @@ def _load_llamacpp(spec: ModelSpec, say: Progress) -> LoadedModel:
     say("model ready")
     eos = [weights.eos_id] if weights.eos_id >= 0 else []
     eos.extend(_eos_ids(None, tokenizer))
+    eos.extend(weights.eog_ids)
     return LoadedModel(
         model=weights,
         tokenizer=tokenizer,

@@ -278,3 +278,30 @@ def test_context_overflow_is_one_line(gguf_lm: Any) -> None:
         assert small.forward([5]).shape == (1, gguf_lm.vocab_size)
     finally:
         small.close()
+
+
+def test_file_type_names_with_spaces(tmp_path: Path) -> None:
+    """llama.cpp names some types with spaces ("Q4_K - Medium"); the whole name is kept."""
+    import ctypes
+
+    from samchat.engines.llamacpp_model import LlamaWeights, llama
+    from samchat.models.default import bundled_gguf
+
+    lib = llama()
+    params = lib.llama_model_quantize_default_params()
+    params.ftype = lib.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    params.allow_requantize = True
+    target = tmp_path / "smol-q4km.gguf"
+    assert (
+        lib.llama_model_quantize(
+            str(bundled_gguf()).encode(), str(target).encode(), ctypes.byref(params)
+        )
+        == 0
+    )
+    weights = LlamaWeights.load(target)
+    try:
+        assert weights.file_type == "Q4_K - Medium"
+        assert 2 in weights.eog_ids  # <|im_end|> ends a turn
+        assert weights.plain_reason is None
+    finally:
+        weights.close()
