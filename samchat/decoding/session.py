@@ -159,6 +159,9 @@ class ChatSession:
         keep = min(common_prefix(self._cached, prompt), len(prompt) - 1)
         try:
             self._engine.crop(keep)
+            if self._engine.length != keep:  # this memory cannot drop a suffix: start over
+                self._engine.reset()
+                keep = 0
             del self._cached[keep:]
             rest = prompt[keep:-1]
             for i in range(0, len(rest), PREFILL_CHUNK):
