@@ -153,10 +153,11 @@ class LlamaCppEngine:
             self._decode(len(chunk))
             self._backlog = todo[i + len(chunk) : nb]
 
-    def _logits(self, n: int) -> torch.Tensor:
+    def _logits(self, n: int, order: list[int] | None = None) -> torch.Tensor:
+        """The n output rows (copied: llama.cpp reuses its buffer), reordered by `order`."""
         ptr = self._lib.llama_get_logits(self._ctx)
         rows = np.ctypeslib.as_array(ptr, shape=(n, self.n_vocab))
-        return torch.from_numpy(rows.copy())
+        return torch.from_numpy(rows.copy() if order is None else rows[order])
 
     def forward(self, ids: list[int], layout: TreeLayout | None = None) -> torch.Tensor:
         n = len(ids)
@@ -174,7 +175,7 @@ class LlamaCppEngine:
         self._decode(len(back) + n)
         self._backlog = []
         self._tree = tree
-        return self._logits(n)[tree.row_of]
+        return self._logits(n, tree.row_of)
 
     def _fill_tree(self, tree: _TreeBatch, back: list[int], start: int) -> None:
         """Backlog rows first (context for every leaf), then the tree in depth-first order."""

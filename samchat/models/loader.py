@@ -134,6 +134,22 @@ def _load_tokenizer(where: _Resolved, spec: ModelSpec) -> Any:
         ) from exc
 
 
+def _chat_tokenizer(where: _Resolved, spec: ModelSpec, say: Progress) -> Any:
+    """The tokenizer, which must carry a chat template (both engines render prompts with it)."""
+    say(f"loading tokenizer of {where.name}")
+    tokenizer = _load_tokenizer(where, spec)
+    if not getattr(tokenizer, "chat_template", None):
+        where_defined = (
+            "its metadata must define tokenizer.chat_template"
+            if where.gguf_file
+            else "its tokenizer_config.json must define chat_template"
+        )
+        raise ModelLoadError(
+            f"{where.name} has no chat template; pick an instruct/chat model ({where_defined})"
+        )
+    return tokenizer
+
+
 def load_tokenizer(spec: ModelSpec | None = None) -> tuple[Any, str]:
     """The tokenizer alone (fast): for indexing documents without loading weights."""
     spec = spec or ModelSpec()
@@ -241,13 +257,7 @@ def load_model(spec: ModelSpec | None = None, progress: Progress | None = None) 
     dtype = resolve_dtype(spec.dtype, device)
     quant = _quantization_config(spec, device.type)
     where = _resolve_source(spec, say)
-    say(f"loading tokenizer of {where.name}")
-    tokenizer = _load_tokenizer(where, spec)
-    if not getattr(tokenizer, "chat_template", None):
-        raise ModelLoadError(
-            f"{where.name} has no chat template; pick an instruct/chat model "
-            "(its tokenizer_config.json must define chat_template)"
-        )
+    tokenizer = _chat_tokenizer(where, spec, say)
     say(f"loading weights of {where.name} ({dtype} on {device})")
     from transformers import AutoModelForCausalLM
 
@@ -293,13 +303,7 @@ def _load_llamacpp(spec: ModelSpec, say: Progress) -> LoadedModel:
             f"the llama.cpp engine runs .gguf files; {spec.source} is a directory "
             "(use --engine torch, or pass the .gguf file inside it)"
         )
-    say(f"loading tokenizer of {where.name}")
-    tokenizer = _load_tokenizer(where, spec)
-    if not getattr(tokenizer, "chat_template", None):
-        raise ModelLoadError(
-            f"{where.name} has no chat template; pick an instruct/chat GGUF "
-            "(its metadata must define tokenizer.chat_template)"
-        )
+    tokenizer = _chat_tokenizer(where, spec, say)
     path = Path(where.path) / where.gguf_file
     say(f"loading {where.gguf_file} with llama.cpp")
     weights = LlamaWeights.load(path)

@@ -26,22 +26,13 @@ from samchat.decoding.tree import DraftTree
 from samchat.engines.llamacpp import LlamaCppEngine
 from samchat.errors import ModelLoadError, SamchatError
 from samchat.models.loader import ModelSpec, load_model
-from tests.decoding.prompts import LONG_CONTEXT, MULTI_TURN, PASSAGE_RIVER, SINGLE_TURN
-from tests.decoding.test_session_model import MSG, ScriptedDrafter, _run
+from tests.decoding.prompts import LONG_CONTEXT, MULTI_TURN, SINGLE_TURN
+from tests.decoding.test_session_model import MSG, ScriptedDrafter, _run, _static_index
 
 MAX_NEW = 40
 CPU_CURVE = CostCurve.default(torch.device("cpu"))
 # Verification priced as free: the selector drafts the biggest trees it has, every step.
 FLAT = CostCurve({1: 1.0, 64: 1.0})
-
-
-def _static_index(tmp: Path, lm: Any) -> Any:
-    from samchat.sam.index import StaticIndex
-
-    index = StaticIndex.open(tmp / "index", lm.fingerprint, lm.eos_ids[0])
-    index.add_document("river", lm.tokenizer(PASSAGE_RIVER)["input_ids"])
-    index.flush()
-    return index
 
 
 def test_auto_runs_the_default_model_from_its_gguf(gguf_lm: Any) -> None:
