@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -13,8 +14,24 @@ APP = "samchat"
 def _dir(env: str, default: str) -> Path:
     value = os.environ.get(env)
     path = Path(value).expanduser() if value else Path(default)
-    path.mkdir(parents=True, exist_ok=True)
+    private_dir(path, tighten=not value)
     return path
+
+
+def private_dir(path: Path, *, tighten: bool = False) -> None:
+    """Create `path` readable by its owner only (0700, whatever the umask): it holds chats,
+    documents and their tokens. An existing directory keeps its mode (one the user chose may be
+    shared on purpose) unless `tighten`: a default directory an older samchat created 0755."""
+    try:
+        path.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        if not path.is_dir():
+            raise
+        if tighten and path.stat().st_mode & 0o077:
+            with contextlib.suppress(OSError):  # someone else's directory: keep working
+                os.chmod(path, 0o700)
+        return
+    os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
 
 
 def data_dir() -> Path:

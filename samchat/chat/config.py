@@ -162,7 +162,7 @@ def dumps_toml(data: dict[str, Any]) -> str:
 def save_config(cfg: Config, path: Path | None = None) -> Path:
     """Write atomically so a crash mid-write never leaves a half file."""
     path = path or config_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_suffix(".toml.tmp")
     try:
         tmp.write_text(dumps_toml(cfg.to_toml_dict()), encoding="utf-8")

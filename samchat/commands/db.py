@@ -1,18 +1,20 @@
-"""`samchat db check|recover|path`: verify the database, move a corrupt one aside, or say where
-it is (to open it with sqlite-utils or Datasette)."""
+"""`samchat db check|recover|path`: verify the database, salvage a damaged one into a new file,
+or say where it is (to open it with sqlite-utils or Datasette)."""
 
 from __future__ import annotations
 
 import argparse
 
 from samchat.commands._support import add_data_dir, err_console, out_console
-from samchat.errors import SamchatError
-from samchat.store import Store, default_path, recover
+from samchat.errors import StoreError
+from samchat.store import Store, deep_check, default_path, recover
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
-        "db", help="database: check | recover (move a corrupt one aside) | path (print its file)"
+        "db",
+        help="database: check | recover (copy every readable row of a damaged one into a new "
+        "file, keeping the damaged one) | path (print its file)",
     )
     p.add_argument("action", choices=("check", "recover", "path"))
     add_data_dir(p)
@@ -20,7 +22,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    import sqlite3
+
     from samchat.cli_options import apply_data_dir
+    from samchat.store.connection import translate
 
     apply_data_dir(args)
     path = default_path()
@@ -31,20 +36,26 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.action == "check":
         with Store.open(path) as store:
-            verdict = store.integrity_check()
+            try:
+                verdict = deep_check(store.conn)
+            except sqlite3.Error as exc:
+                raise translate(exc, path) from exc
             counts = store.counts()
         if verdict != "ok":
-            raise SamchatError(
-                f"the database {path} is damaged ({verdict}); `samchat db recover` moves it "
-                "aside and saves what it can"
+            raise StoreError(
+                f"the database {path} is damaged ({verdict}); `samchat db recover` copies every "
+                "readable row into a new database and keeps the damaged file"
             )
         out_console.print(
             f"{path}: ok ({counts['chats']} chats, {counts['messages']} messages, "
             f"{counts['documents']} documents)"
         )
         return 0
-    result = recover(path)
-    saved = ", ".join(f"{n} {table}" for table, n in result.salvaged.items())
-    err_console.print(f"moved the damaged database to {result.moved_to}")
-    err_console.print(f"started a fresh database at {path}; saved {saved}")
+    result = recover(path)  # drops index/ next to it: data_dir()/index, see index_root()
+    if not result.readable:
+        err_console.print(f"nothing in {result.moved_to} could be read; started a new database")
+    else:
+        err_console.print(f"{result.summary()}; the damaged file is kept at {result.moved_to}")
+    if result.index_dropped is not None:
+        err_console.print("the static index is rebuilt from the recovered database on next use")
     return 0

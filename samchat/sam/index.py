@@ -415,7 +415,7 @@ class StaticIndex:
         directory = Path(directory)
         if not (directory / MANIFEST).exists():
             try:
-                directory.mkdir(parents=True, exist_ok=True)
+                directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             except OSError as exc:
                 msg = f"cannot create the static index directory {directory} ({exc.strerror})"
                 raise SamchatError(msg) from exc

@@ -1,6 +1,6 @@
 """The SQLite store: chats, branching messages with reply stats, documents, full-text search."""
 
-from samchat.store.recovery import RecoveryResult, recover
+from samchat.store.recovery import RecoveryResult, TableSalvage, deep_check, recover
 from samchat.store.rows import Chat, DocumentRow, MessageRow, SearchHit
 from samchat.store.store import Store, content_hash, default_path
 
@@ -11,7 +11,9 @@ __all__ = [
     "RecoveryResult",
     "SearchHit",
     "Store",
+    "TableSalvage",
     "content_hash",
+    "deep_check",
     "default_path",
     "recover",
 ]

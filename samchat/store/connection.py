@@ -12,11 +12,15 @@ from pathlib import Path
 from samchat.errors import StoreError
 
 BUSY_TIMEOUT_S = 30.0
-_CORRUPT_MARKERS = ("not a database", "malformed", "corrupt", "disk image")
+# "could not decode": damaged bytes inside text that SQLite still reads.
+_CORRUPT_MARKERS = ("not a database", "malformed", "corrupt", "disk image", "could not decode")
 
 
 def recovery_hint(path: Path) -> str:
-    return f"run `samchat db recover --data-dir {path.parent}` to move it aside and start fresh"
+    return (
+        f"run `samchat db recover --data-dir {path.parent}` to copy every readable chat, "
+        "message and document into a new database (the damaged file is kept)"
+    )
 
 
 def translate(exc: sqlite3.Error, path: Path) -> StoreError:
@@ -24,6 +28,11 @@ def translate(exc: sqlite3.Error, path: Path) -> StoreError:
     text = str(exc)
     if any(marker in text.lower() for marker in _CORRUPT_MARKERS):
         return StoreError(f"the database {path} is corrupt ({text}); {recovery_hint(path)}")
+    if "disk is full" in text.lower():
+        return StoreError(
+            f"the disk holding {path} is full; free some space and try again "
+            "(what was being saved was not, and nothing saved before is lost)"
+        )
     if "locked" in text.lower() or "busy" in text.lower():
         return StoreError(
             f"the database {path} stayed locked by another samchat process for "
@@ -36,7 +45,7 @@ def translate(exc: sqlite3.Error, path: Path) -> StoreError:
 
 def _private_file(path: Path) -> None:
     """Create the file 0600 before SQLite does, so chats are never world-readable."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     if not path.exists():
         fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
         os.close(fd)
@@ -110,11 +119,28 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
             raise
         conn.execute("RELEASE SAVEPOINT samchat_nested")
         return
-    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        raise translate(exc, _file_of(conn)) from exc
     try:
         yield
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
+    try:
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:  # e.g. a full disk: nothing of this transaction is kept
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise translate(exc, _file_of(conn)) from exc
+
+
+def _file_of(conn: sqlite3.Connection) -> Path:
+    """The file behind a connection, for error messages."""
+    try:
+        return Path(str(conn.execute("PRAGMA database_list").fetchone()[2]))
+    except (sqlite3.Error, TypeError):
+        return Path("(the database)")
