@@ -1,0 +1,90 @@
+"""`samchat serve`: an OpenAI-compatible server, so other clients get samchat's decoding."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from samchat.cli_options import add_data_dir_option, add_model_options, spec_from_args
+from samchat.decoding.params import DecodingConfig, knob_of
+from samchat.errors import SamchatError
+
+EXTRA = "pip install 'samchat[serve]'"
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 0-65535, got {text!r}")
+    return port
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("serve", help="serve the model over an OpenAI-compatible HTTP API")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: 127.0.0.1, this machine only)",
+    )
+    parser.add_argument("--port", type=_port, default=8000, help="default: 8000 (0: any free)")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("SAMCHAT_API_KEY"),
+        help="require 'Authorization: Bearer KEY' (env SAMCHAT_API_KEY)",
+    )
+    parser.add_argument("--save", action="store_true", help="save the conversations in the history")
+    method = knob_of(DecodingConfig, "method")
+    parser.add_argument(
+        "--method",
+        choices=method.choices,
+        default=None,
+        help=f"{method.help} (default: config.toml's, else {method.default})",
+    )
+    add_model_options(parser)
+    add_data_dir_option(parser)
+    parser.set_defaults(func=run)
+
+
+def _require_extra() -> None:
+    try:
+        import sse_starlette  # noqa: F401
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise SamchatError(f"samchat serve needs {exc.name or 'its web server'}: {EXTRA}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    _require_extra()
+    from samchat.chat.config import load_config
+    from samchat.commands.ask import _configured_engine
+    from samchat.models import load_model
+    from samchat.serve.server import ServeOptions, bind, is_loopback, serve
+    from samchat.store import Store
+
+    if not is_loopback(args.host):
+        print(
+            f"warning: listening on {args.host}: other machines can reach this server"
+            + ("" if args.api_key else "; set --api-key to keep them out"),
+            file=sys.stderr,
+        )
+    config = load_config()
+    decoding = dict(config.decoding)
+    if args.method:
+        decoding["method"] = args.method
+    sock = bind(args.host, args.port)  # before the model: a busy port fails at once
+    try:
+        with Store.open() as store:  # created or migrated now; the engine opens its own
+            db_path = store.path
+        spec = spec_from_args(args, engine=_configured_engine(args))
+        lm = load_model(spec, progress=lambda msg: print(f"[{msg}]", file=sys.stderr))
+        options = ServeOptions(args.host, args.port, args.api_key, args.save, decoding)
+        serve(lm, sock, options, db_path)
+    finally:
+        sock.close()
+    return 0

@@ -1,0 +1,127 @@
+"""`samchat serve`'s process: the socket, the static index, the engine thread and uvicorn."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import uvicorn
+
+from samchat.errors import SamchatError
+from samchat.serve.app import ServeApp
+from samchat.serve.history import History
+from samchat.serve.worker import EngineWorker
+
+if TYPE_CHECKING:
+    from samchat.models.loader import LoadedModel
+
+# Seconds the server waits for open connections at shutdown (in-flight replies are cancelled).
+SHUTDOWN_GRACE_S = 5
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    host: str
+    port: int
+    api_key: str | None
+    save: bool
+    decoding: dict[str, Any]  # DecodingConfig's knobs
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The server's socket, bound now (before the model loads) so a busy port fails fast."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise SamchatError(f"cannot listen on {host}: {exc}; check --host") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        reason = exc.strerror or str(exc)
+        raise SamchatError(
+            f"cannot listen on {host}:{port}: {reason}; choose another --port"
+        ) from None
+    return sock
+
+
+def url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, stopping the engine first on SIGINT/SIGTERM."""
+
+    def __init__(self, config: uvicorn.Config, worker: EngineWorker) -> None:
+        super().__init__(config)
+        self.worker = worker
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.worker.stop_soon()  # in-flight and queued replies end now, so connections close
+        super().handle_exit(sig, frame)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # uvicorn's own re-raises the signal after the graceful shutdown, which would end the
+        # process by the signal; a clean stop exits 0 instead.
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        handled = (signal.SIGINT, signal.SIGTERM)
+        originals = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in originals.items():
+                signal.signal(sig, handler)
+
+
+def serve(lm: LoadedModel, sock: socket.socket, options: ServeOptions, db_path: Path) -> None:
+    """Serve `lm` on `sock` until SIGINT/SIGTERM."""
+    from samchat.chat.backend import Generator, start_indexer
+
+    def index_failed(exc: Exception) -> None:  # the indexer's thread; replies draft without it
+        print(f"[static index unavailable: {exc}]", file=sys.stderr, flush=True)
+
+    indexer = start_indexer(lm, db_path, index_failed)
+    worker: EngineWorker | None = None
+    try:
+        generator = Generator(lm, options.decoding, indexer)
+        generator.prepare()  # the cost curve now, not in the first reply
+        history = History(db_path, lm.name, indexer.poke) if options.save else None
+        worker = EngineWorker(lambda m, p, c: generator.session().generate(m, p, c), history)
+        worker.start()
+        app = ServeApp(worker, lm.name, lm.context_limit, options.api_key).starlette()
+        config = uvicorn.Config(
+            app, lifespan="off", timeout_graceful_shutdown=SHUTDOWN_GRACE_S, log_level="info"
+        )
+        print(f"[serving {lm.name} at {url(sock)}; Ctrl-C stops]", file=sys.stderr, flush=True)
+        _Server(config, worker).run(sockets=[sock])
+    finally:
+        if worker is not None:
+            worker.stop()
+        indexer.stop(timeout=5)
+        sock.close()

@@ -1,0 +1,168 @@
+"""The engine thread: one loaded model serves one request at a time, in arrival order.
+
+Requests come in as Jobs; the thread streams each job's events back to the event loop that
+asked (`loop.call_soon_threadsafe`). A job whose client left is skipped if it has not
+started, and stopped at the engine's next step if it has (its cancel event).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+
+from samchat.errors import SamchatError
+from samchat.serve.protocol import ApiError, Message
+
+if TYPE_CHECKING:
+    from samchat.chat.record import ReplyRecorder
+    from samchat.decoding.events import Event, ReplyDone, TextDelta
+    from samchat.decoding.params import SamplingParams
+
+log = logging.getLogger(__name__)
+
+Generate = Callable[[list[Message], "SamplingParams", threading.Event], Iterator["Event"]]
+
+
+class Saver(Protocol):
+    """Where finished replies go (--save); used from the engine thread only."""
+
+    def save(self, messages: list[Message], done: ReplyDone, stats: dict[str, Any]) -> int: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A job's last event: the reply, and the chat it was saved in (--save)."""
+
+    done: ReplyDone
+    chat_id: int | None
+
+
+Item: TypeAlias = "TextDelta | Finished | ApiError"  # what a job's queue carries
+
+
+class Job:
+    """One request: its messages and sampling, its cancel event, and the queue its events
+    arrive on (in the asyncio loop that made it)."""
+
+    def __init__(self, messages: list[Message], params: SamplingParams, stream: bool) -> None:
+        self.messages = messages
+        self.params = params
+        self.stream = stream  # False: only the Finished event is sent back
+        self.cancel = threading.Event()
+        self.events: asyncio.Queue[Item] = asyncio.Queue()
+        self._loop = asyncio.get_running_loop()
+
+    def post(self, item: Item) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is listening
+            self._loop.call_soon_threadsafe(self.events.put_nowait, item)
+
+
+class EngineWorker:
+    """Runs jobs one at a time in its own thread."""
+
+    def __init__(self, generate: Generate, saver: Saver | None = None) -> None:
+        self._generate = generate
+        self._saver = saver
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._current: Job | None = None
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="samchat-serve-engine", daemon=True)
+
+    def start(self) -> EngineWorker:
+        self._thread.start()
+        return self
+
+    def submit(self, job: Job) -> None:
+        if self._stopping:
+            raise ApiError(503, "the server is shutting down", kind="server_error")
+        self._jobs.put(job)
+
+    def stop_soon(self) -> None:
+        """Refuse new jobs, cancel the running one and drop the queued ones (at shutdown)."""
+        self._stopping = True
+        current = self._current
+        if current is not None:
+            current.cancel.set()
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job.cancel.set()
+                job.post(ApiError(503, "the server is shutting down", kind="server_error"))
+        self._jobs.put(None)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.stop_soon()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                job = self._jobs.get()
+                if job is None:
+                    return
+                if job.cancel.is_set():  # its client left while it waited
+                    continue
+                self._current = job
+                if self._stopping:  # stop_soon() ran between get() and the line above
+                    job.cancel.set()
+                try:
+                    self._serve(job)
+                finally:
+                    self._current = None
+        finally:
+            if self._saver is not None:
+                self._saver.close()  # its store connection belongs to this thread
+
+    def _serve(self, job: Job) -> None:
+        from samchat.chat.record import ReplyRecorder
+        from samchat.decoding.events import ReplyDone, TextDelta
+
+        recorder = ReplyRecorder()
+        try:
+            for event in self._generate(job.messages, job.params, job.cancel):
+                if isinstance(event, TextDelta):
+                    recorder.observe(event)
+                    if job.stream:
+                        job.post(event)
+                elif isinstance(event, ReplyDone):
+                    chat_id = self._save(job, event, recorder)
+                    job.post(Finished(event, chat_id))
+                    _report(event)
+        except SamchatError as exc:  # the messages do not fit, the template rejects them
+            job.post(ApiError(400, str(exc)))
+        except Exception as exc:
+            log.exception("the engine failed")
+            message = f"the engine failed: {type(exc).__name__}: {exc}"
+            job.post(ApiError(500, message, kind="server_error"))
+
+    def _save(self, job: Job, done: ReplyDone, recorder: ReplyRecorder) -> int | None:
+        if self._saver is None or done.finish_reason == "cancelled":
+            return None
+        try:
+            return self._saver.save(job.messages, done, recorder.stats(done))
+        except Exception as exc:  # the reply still goes out; the history misses it
+            print(f"[could not save the chat: {exc}]", file=sys.stderr, flush=True)
+            return None
+
+
+def _report(done: ReplyDone) -> None:
+    """One line per reply on stderr: what the engine did."""
+    s = done.stats
+    print(
+        f"[reply: {s.tokens} tokens, {s.tokens_per_s:.1f} tok/s, MAT {s.mat:.2f}, "
+        f"reused {s.reused_tokens}/{s.prompt_tokens} prompt tokens, {done.finish_reason}]",
+        file=sys.stderr,
+        flush=True,
+    )
