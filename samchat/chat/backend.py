@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from samchat.errors import SamchatError, StoreError
 
 if TYPE_CHECKING:
+    from samchat.corpus.retrieval import Fitted, Source
     from samchat.decoding.events import Event
     from samchat.models.loader import LoadedModel
     from samchat.store import Chat, MessageRow, SearchHit, Store
@@ -205,6 +206,20 @@ class Generator:
             if measure is not None:
                 measure()
 
+    def fit_sources(
+        self,
+        history: list[Message],
+        question: str,
+        sources: list[Source],
+        sampling: dict[str, Any],
+    ) -> Fitted:
+        """The user message with the sources this model's context holds after `history`."""
+        from samchat.corpus.retrieval import fit_to_session
+        from samchat.decoding.params import SamplingParams, from_mapping
+
+        params = from_mapping(SamplingParams, sampling)
+        return fit_to_session(self.session(), history, question, sources, params.max_new_tokens)
+
     def generate(
         self, messages: list[Message], sampling: dict[str, Any], cancel: Any
     ) -> Iterator[Event]:
@@ -233,6 +248,21 @@ def start_indexer(
         on_error=on_error,
         on_progress=on_progress,
     ).start()
+
+
+def gather_sources(
+    store_path: Path, question: str, *, retrieval: bool, files: list[Path]
+) -> list[Source]:
+    """Attached files, then (with `retrieval`) the passages that best answer `question`. Own
+    connection: this runs in a worker thread. DocumentError for a bad file or an empty corpus."""
+    from samchat.corpus.retrieval import read_attachment, retrieve
+    from samchat.store import Store
+
+    sources = [read_attachment(path) for path in files]
+    if retrieval:
+        with Store.open(store_path) as store:
+            sources += retrieve(store, question)
+    return sources
 
 
 def import_documents(path: str, store_path: Path, progress: Callable[[int, int, str], None]) -> str:

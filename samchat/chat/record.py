@@ -1,6 +1,6 @@
 """The stored record of a reply: the engine's statistics and provenance, the finish reason, any
-notice and a short speed trace, built from the event stream the same way by every front end,
-and saved through one call (`save_reply`)."""
+notice, the sources it was given and a short speed trace, built from the event stream the same
+way by every front end, and saved through one call (`save_reply`)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,11 @@ class ReplyRecorder:
     """Watches one reply's events; `stats(done)` is what the store keeps for it. The speed
     trace is LiveStats' (what the TUI's sparkline shows while the reply streams)."""
 
-    def __init__(self, started: float | None = None) -> None:
+    def __init__(
+        self, started: float | None = None, sources: list[dict[str, Any]] | None = None
+    ) -> None:
         self.live = LiveStats(time.perf_counter() if started is None else started)
+        self.sources = list(sources or [])  # the documents put before the question
 
     def observe(self, event: Event, at: float | None = None) -> None:
         from samchat.decoding.events import TextDelta
@@ -36,6 +39,8 @@ class ReplyRecorder:
         stats["speed_trace"] = [round(x, 2) for x in self.live.speeds[-TRACE_POINTS:]]
         if done.notice:
             stats["notice"] = done.notice
+        if self.sources:
+            stats["sources"] = self.sources
         return stats
 
 

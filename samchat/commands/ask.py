@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import stat
 import sys
 import threading
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from samchat.cli_options import add_data_dir_option, add_model_options, spec_from_args
@@ -57,7 +61,28 @@ def _add_knob_option(parser: argparse.ArgumentParser, knob: Knob) -> None:
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("ask", help="ask one question and stream the answer to stdout")
-    parser.add_argument("prompt", help="the question; '-' reads it from standard input")
+    parser.add_argument(
+        "prompt",
+        help="the question; '-' reads it from standard input (otherwise piped input is "
+        "added to the question as a source)",
+    )
+    parser.add_argument(
+        "-f",
+        "--file",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="attach a file the answer should use (repeatable)",
+    )
+    parser.add_argument(
+        "--docs",
+        action="store_true",
+        help="answer from the imported documents: the best passages go before the question",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object: text, stats, sources"
+    )
     parser.add_argument("--system", default=None, help="system prompt")
     for cls, name in KNOB_OPTIONS:
         _add_knob_option(parser, knob_of(cls, name))
@@ -76,30 +101,82 @@ def _read_prompt(prompt: str) -> str:
     return text
 
 
+def _piped_stdin() -> str | None:
+    """Text piped or redirected into us; None for a terminal or anything else (an inherited
+    /dev/null, pytest's stand-in), so nothing ever waits on a stdin nobody writes to."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+        return None
+    text = sys.stdin.read()
+    return text if text.strip() else None
+
+
+def _sources(args: argparse.Namespace, question: str, store: Any) -> list[Any]:
+    """Piped text, then attached files, then retrieved passages; every one is read (and every
+    bad one refused) before the model loads or anything is saved."""
+    from samchat.corpus.retrieval import read_attachment, retrieve, text_source
+
+    sources = []
+    if args.prompt != "-" and (piped := _piped_stdin()) is not None:
+        sources.append(text_source(piped))
+    sources += [read_attachment(path) for path in args.file]
+    if args.docs:
+        found = retrieve(store, question)
+        if not found:
+            _note("no imported passage matches the question; answering without them")
+        sources += found
+    return sources
+
+
+def _note(text: str) -> None:
+    print(f"[{text}]", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     from samchat.chat.record import ReplyRecorder
+    from samchat.corpus.retrieval import fit_to_session
     from samchat.decoding import ChatSession, DecodingConfig, ReplyDone, SamplingParams, TextDelta
     from samchat.models import load_model
     from samchat.store import Store
-    from samchat.store.turns import begin_turn, finish_turn
+    from samchat.store.turns import begin_turn, finish_turn, title_from
 
-    prompt = _read_prompt(args.prompt)
-    spec = spec_from_args(args, engine=_configured_engine(args))
-    lm = load_model(spec, progress=lambda msg: print(f"[{msg}]", file=sys.stderr))
+    question = _read_prompt(args.prompt)
     with Store.open() as store:
-        # The question is committed before decoding, the reply after it (samchat.store.turns).
-        turn = begin_turn(
-            store,
-            prompt,
-            chat_id=args.chat,
-            model=lm.name,
-            system=args.system,
-            save=not args.no_save,
-        )
+        # The chat so far (a missing --chat fails here), then the sources: all before the model.
+        draft = begin_turn(store, "", chat_id=args.chat, system=args.system, save=False)
+        sources = _sources(args, question, store)
+        spec = spec_from_args(args, engine=_configured_engine(args))
+        lm = load_model(spec, progress=_note)
         index = _open_index(store, lm)
-        session = ChatSession(
-            lm, DecodingConfig(method=args.method), static_index=index.index if index else None
-        )
+        try:
+            session = ChatSession(
+                lm, DecodingConfig(method=args.method), static_index=index.index if index else None
+            )
+            # As many sources as the context holds beside the chat so far.
+            fitted = fit_to_session(
+                session, draft.messages[:-1], question, sources, args.max_new_tokens
+            )
+        except BaseException:
+            if index is not None:
+                index.close()
+            raise
+        for notice in fitted.notices:
+            _note(notice)
+        # The question is committed before decoding, the reply after it (samchat.store.turns).
+        with store.transaction():
+            turn = begin_turn(
+                store,
+                fitted.content,
+                chat_id=args.chat,
+                model=lm.name,
+                system=args.system,
+                save=not args.no_save,
+            )
+            if fitted.sources and args.chat is None and turn.chat_id is not None:
+                store.rename_chat(turn.chat_id, title_from(question))
         params = SamplingParams(
             max_new_tokens=args.max_new_tokens,
             temperature=args.temperature,
@@ -110,11 +187,11 @@ def run(args: argparse.Namespace) -> int:
         )
         cancel = threading.Event()
         done: Any = None
-        recorder = ReplyRecorder()
+        recorder = ReplyRecorder(sources=[s.record() for s in fitted.sources])
         try:
             for event in session.generate(turn.messages, params, cancel):
                 recorder.observe(event)
-                if isinstance(event, TextDelta):
+                if isinstance(event, TextDelta) and not args.json:
                     sys.stdout.write(event.text)
                     sys.stdout.flush()
                 elif isinstance(event, ReplyDone):
@@ -126,14 +203,25 @@ def run(args: argparse.Namespace) -> int:
         finally:
             if index is not None and done is None:
                 index.close()
-        sys.stdout.write("\n")
+        stats = recorder.stats(done) if done is not None else {}
+        if args.json:
+            sources_out = [s.record() for s in fitted.sources]
+            text = done.text if done is not None else ""
+            print(json.dumps({"text": text, "stats": stats, "sources": sources_out}))
+        else:
+            sys.stdout.write("\n")
+            if fitted.sources:
+                _note(
+                    "sources: "
+                    + "; ".join(f"[{i}] {s.label}" for i, s in enumerate(fitted.sources, 1))
+                )
         if done is not None:
             finish_turn(
                 store,
                 turn,
                 done.text,
                 model=lm.name,
-                stats=recorder.stats(done),
+                stats=stats,
                 finish_reason=done.finish_reason,
             )
             if index is not None:

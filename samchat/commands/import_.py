@@ -16,7 +16,7 @@ from samchat.commands._support import (
     progress_bar,
 )
 from samchat.corpus.importer import ImportSummary, collect_files, import_paths
-from samchat.corpus.indexing import IndexManager
+from samchat.corpus.indexing import IndexManager, drop_from_indexes
 from samchat.corpus.readers import DEFAULT_MAX_BYTES
 from samchat.errors import ModelLoadError, SamchatError
 
@@ -62,6 +62,8 @@ def print_summary(summary: ImportSummary) -> None:
     extras = []
     if summary.duplicates:
         extras.append(f"{len(summary.duplicates)} already imported")
+    if summary.replaced:
+        extras.append(f"{len(summary.replaced)} older versions replaced")
     if summary.skipped:
         extras.append(f"{len(summary.skipped)} skipped")
     if extras:
@@ -102,6 +104,8 @@ def import_and_index(
                 on_document=on_document,
             )
         print_summary(summary)
+        if manager is None and summary.replaced:
+            drop_from_indexes(store, {f"doc:{i}" for i in summary.replaced})
         if manager is not None:
             with progress_bar("indexing") as update:
                 manager.sync(update)  # imported chats, and anything another process added

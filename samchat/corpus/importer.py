@@ -26,6 +26,7 @@ class ImportSummary:
     chats: int = 0
     messages: int = 0
     duplicates: list[Path] = field(default_factory=list)
+    replaced: list[int] = field(default_factory=list)  # ids of older versions of re-imported files
     skipped: list[tuple[Path, str]] = field(default_factory=list)  # (path, reason)
     tokens: int = 0
     chars: int = 0
@@ -132,18 +133,27 @@ def import_paths(
             summary.duplicates.append(path)
             continue
         tokens = encode(doc.text) if encode is not None else None
-        doc_id = store.add_document(
-            str(path.resolve()),
-            doc.title,
-            doc.text,
-            doc.kind,
-            token_count=None if tokens is None else len(tokens),
-            corpus=corpus,
-            digest=digest,
-        )
+        source = str(path.resolve())
+        # A changed file replaces what was imported from the same path (and its passages), so
+        # retrieval never quotes the old version.
+        with store.transaction():
+            older = store.documents_at(source)
+            doc_id = store.add_document(
+                source,
+                doc.title,
+                doc.text,
+                doc.kind,
+                token_count=None if tokens is None else len(tokens),
+                corpus=corpus,
+                digest=digest,
+            )
+            if doc_id is not None:
+                for old in older:
+                    store.delete_document(old)
         if doc_id is None:  # another process stored the same text meanwhile
             summary.duplicates.append(path)
             continue
+        summary.replaced += older
         summary.documents.append((path, doc_id))
         summary.chars += len(doc.text)
         summary.tokens += len(tokens) if tokens is not None else 0

@@ -110,6 +110,31 @@ _V3 = [
 ]
 
 
+def _v4_passages(db: Database) -> None:
+    """Documents split into passages, with full-text search over them; backfilled."""
+    from samchat.corpus.passages import split_passages
+
+    # SQL: sqlite-utils' create() cannot declare ON DELETE CASCADE, which `rm` relies on.
+    db.execute(
+        """CREATE TABLE passages (
+            id INTEGER PRIMARY KEY,
+            document_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            heading TEXT NOT NULL,
+            text TEXT NOT NULL
+        )"""
+    )
+    db.execute("CREATE UNIQUE INDEX passages_document ON passages(document_id, seq)")
+    for statement in _fts("passages", ["heading", "text"]):
+        db.execute(statement)
+    docs = db.execute("SELECT id, kind, text FROM documents ORDER BY id").fetchall()
+    for doc_id, kind, text in docs:
+        db.conn.executemany(
+            "INSERT INTO passages (document_id, seq, heading, text) VALUES (?, ?, ?, ?)",
+            [(doc_id, i, c.heading, c.text) for i, c in enumerate(split_passages(text, kind))],
+        )
+
+
 def _statements(statements: list[str], doc: str) -> Migration:
     def run(db: Database) -> None:
         for statement in statements:
@@ -125,6 +150,7 @@ MIGRATIONS: list[Migration] = [
     _statements(_V1, "chats, branching messages, documents"),
     _statements(_V2, "full-text search over messages and documents"),
     _statements(_V3, "reply statistics, imported chats, corpora, static indexes"),
+    _v4_passages,
 ]
 LATEST = len(MIGRATIONS)
 

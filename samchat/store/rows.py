@@ -61,3 +61,17 @@ class SearchHit:
     chat_id: int | None = None  # for messages
     role: str | None = None  # for messages
     source: str | None = None  # for documents
+
+
+@dataclass(frozen=True)
+class PassageHit:
+    """One passage of an imported document, as retrieval finds it."""
+
+    id: int  # passage id
+    document_id: int
+    seq: int  # its place in the document, from 0
+    heading: str  # the section it sits under ("" if none)
+    text: str
+    title: str  # the document's title
+    source: str  # the document's path (or URL)
+    rank: float  # bm25: lower is better

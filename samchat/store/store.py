@@ -12,11 +12,12 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
+from samchat.corpus.passages import split_passages
 from samchat.errors import StoreError
 from samchat.paths import data_dir
 from samchat.store.connection import connect, translate, write_transaction
 from samchat.store.migrations import migrate
-from samchat.store.rows import Chat, DocumentRow, MessageRow, SearchHit
+from samchat.store.rows import Chat, DocumentRow, MessageRow, PassageHit, SearchHit
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -81,12 +82,25 @@ _CHAT_COLS = (
     "c.id, c.title, c.model, c.system_prompt, c.created_at, c.updated_at,"
     " (SELECT COUNT(*) FROM messages m WHERE m.chat_id = c.id), c.source"
 )
+_PASSAGE_COLS = "p.id, p.document_id, p.seq, p.heading, p.text, d.title, d.source"
 _DOC_COLS = "id, source, title, kind, content_hash, imported_at, token_count, corpus, length(text)"
 
 
+def _json_dict(text: str | None) -> dict[str, Any]:
+    """A stored JSON object; {} for none, or for damaged bytes that no longer parse (the
+    message itself stays readable)."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def _message(row: sqlite3.Row | tuple[Any, ...]) -> MessageRow:
-    accepted = json.loads(row[13]) if row[13] else {}
-    stats = json.loads(row[15]) if row[15] else {}
+    accepted = _json_dict(row[13])
+    stats = _json_dict(row[15])
     return MessageRow(
         id=row[0],
         chat_id=row[1],
@@ -368,7 +382,8 @@ class Store:
         corpus: str | None = None,
         digest: str | None = None,
     ) -> int | None:
-        """Store a document in one transaction; None if the same text is already stored."""
+        """Store a document and its passages in one transaction; None if the same text is
+        already stored."""
         digest = digest or content_hash(text)
         with write_transaction(self.conn):
             cur = self.conn.execute(
@@ -376,7 +391,20 @@ class Store:
                 " imported_at, token_count, corpus) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (source, title, digest, kind, text, time.time(), token_count, corpus),
             )
-        return int(cur.lastrowid) if cur.rowcount == 1 and cur.lastrowid else None
+            if cur.rowcount != 1 or not cur.lastrowid:
+                return None
+            doc_id = int(cur.lastrowid)
+            self.conn.executemany(
+                "INSERT INTO passages (document_id, seq, heading, text) VALUES (?, ?, ?, ?)",
+                [(doc_id, i, c.heading, c.text) for i, c in enumerate(split_passages(text, kind))],
+            )
+        return doc_id
+
+    @_guard
+    def documents_at(self, source: str) -> list[int]:
+        """Ids of the documents imported from this path (older versions of a re-imported file)."""
+        rows = self.conn.execute("SELECT id FROM documents WHERE source = ? ORDER BY id", (source,))
+        return [int(r[0]) for r in rows]
 
     @_guard
     def has_document_hash(self, digest: str) -> bool:
@@ -434,6 +462,49 @@ class Store:
             self.conn.execute(
                 "UPDATE documents SET token_count = ? WHERE id = ?", (token_count, document_id)
             )
+
+    # -- passages ------------------------------------------------------------------------------
+
+    @_guard
+    def passages(self, document_id: int) -> list[PassageHit]:
+        """A document's passages in order."""
+        rows = self.conn.execute(
+            f"SELECT {_PASSAGE_COLS}, 0 FROM passages p JOIN documents d ON d.id = p.document_id"
+            " WHERE p.document_id = ? ORDER BY p.seq",
+            (document_id,),
+        )
+        return [PassageHit(*r) for r in rows]
+
+    @_guard
+    def passage_count(self) -> int:
+        return int(self.conn.execute("SELECT COUNT(*) FROM passages").fetchone()[0])
+
+    @_guard
+    def passage_frequency(self, term: str) -> int:
+        """How many passages hold `term` (a plain word, stemmed as the index stems it)."""
+        match = '"' + term.replace('"', "") + '"'
+        row = self.conn.execute(
+            "SELECT COUNT(*) FROM passages_fts WHERE passages_fts MATCH ?", (match,)
+        )
+        return int(row.fetchone()[0])
+
+    @_guard
+    def search_passages(self, terms: list[str], limit: int) -> list[PassageHit]:
+        """Passages matching any of `terms` (plain words), best BM25 first; a heading hit
+        counts twice a body hit."""
+        words = [t.replace('"', "") for t in terms]
+        match = " OR ".join(f'"{w}"' for w in words if w.strip())
+        if not match:
+            return []
+        rows = self.conn.execute(
+            f"""SELECT {_PASSAGE_COLS}, r.rank FROM (
+                    SELECT rowid, bm25(passages_fts, 2.0, 1.0) AS rank FROM passages_fts
+                    WHERE passages_fts MATCH ? ORDER BY rank LIMIT ?) r
+                JOIN passages p ON p.id = r.rowid JOIN documents d ON d.id = p.document_id
+                ORDER BY r.rank""",
+            (match, limit),
+        )
+        return [PassageHit(*r) for r in rows]
 
     # -- search --------------------------------------------------------------------------------
 

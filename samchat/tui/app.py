@@ -18,6 +18,7 @@ from samchat.errors import SamchatError
 from samchat.tui.app_runtime import SamchatRuntime
 from samchat.tui.code_blocks import code_blocks
 from samchat.tui.dialogs import ConfirmScreen, EditorScreen, InputScreen, PickScreen
+from samchat.tui.documents_screen import ChatDocuments, DocumentsScreen
 from samchat.tui.guard import guarded
 from samchat.tui.help_screen import HelpScreen
 from samchat.tui.import_screen import ImportScreen
@@ -164,7 +165,10 @@ class SamchatApp(SamchatRuntime):
         ids = [r.id for r in rows]
         upto = rows[: ids.index(user_id) + 1] if user_id in ids else rows
         await self.chat_view.show_thread(upto, self.data.branches(upto))
-        await self.start_reply(user_id)
+        # The question keeps the sources it was sent with: the new reply names them too.
+        answered = view is not None and view.parent_id == user_id
+        sources = view.stats.get("sources") if view is not None and answered else None
+        await self.start_reply(user_id, sources)
 
     @guarded
     def action_edit_message(self) -> None:
@@ -357,7 +361,28 @@ class SamchatApp(SamchatRuntime):
             self.poke_indexer()  # the static index learns the new documents
             self.refresh_sidebar()  # imported ChatGPT exports become chats
 
-        self.push_screen(ImportScreen(importer, imported))
+        chat_id = self.chat_id
+
+        def use_in_chat() -> None:
+            self.chat_documents.setdefault(chat_id, ChatDocuments()).retrieval = True
+            self.update_status()
+            self.notify("this chat now answers from the imported documents", title="Documents")
+
+        self.push_screen(ImportScreen(importer, imported, use_in_chat))
+
+    @guarded
+    def action_documents(self) -> None:
+        chat_id = self.chat_id
+
+        def done(docs: ChatDocuments | None) -> None:
+            if docs is None:
+                return
+            self.chat_documents[chat_id] = docs
+            self.update_status()
+            if docs.active:
+                self.notify(f"{docs.summary()} for this chat", title="Documents", timeout=3)
+
+        self.push_screen(DocumentsScreen(self.documents), done)
 
     @guarded
     def action_settings(self) -> None:

@@ -17,6 +17,7 @@ from samchat.chat.config import Config, ConfigError, load_config, save_config
 from samchat.chat.live_stats import LiveStats
 from samchat.errors import SamchatError
 from samchat.tui.chat_view import ChatView
+from samchat.tui.documents_screen import ChatDocuments
 from samchat.tui.guard import guarded
 from samchat.tui.messages import MessageView, legend_content
 from samchat.tui.prompt import PromptArea
@@ -78,6 +79,9 @@ class SamchatBase(App[None]):
         self.index_progress = ""  # e.g. "indexing 3/40" while the static index syncs
         self.job: ReplyJob | None = None  # the reply streaming now
         self.pending: ReplyJob | None = None  # a reply waiting for the model
+        # Retrieval and attached files per chat (None: the chat not created yet).
+        self.chat_documents: dict[int | None, ChatDocuments] = {}
+        self.preparing = False  # a question's documents are being read and fitted
         self.last_live: LiveStats | None = None
         self.replies_finished = 0  # replies fully handled (stored and shown)
         self.started_at = time.perf_counter()
@@ -158,8 +162,12 @@ class SamchatBase(App[None]):
             self.error("the database is not open; restart samchat after fixing it")
         return self.data
 
+    @property
+    def documents(self) -> ChatDocuments:
+        return self.chat_documents.setdefault(self.chat_id, ChatDocuments())
+
     def busy(self) -> bool:
-        if self.job is not None or self.pending is not None:
+        if self.job is not None or self.pending is not None or self.preparing:
             self.notify("a reply is in progress; press esc to stop it first", severity="warning")
             return True
         return False
@@ -176,9 +184,13 @@ class SamchatBase(App[None]):
         else:
             parts.append("no model loaded (ctrl+l)")
         parts.append(f"method {self.cfg.decoding.get('method', 'sam+tr')}")
+        if self.documents.active:
+            parts.append(self.documents.summary())
         if self.index_progress:
             parts.append(self.index_progress)
-        if self.pending is not None:
+        if self.preparing:
+            parts.append("reading documents…")
+        elif self.pending is not None:
             parts.append("your prompt waits for the model…")
         elif self.job is not None:
             parts.append("generating… (esc stops)")
@@ -202,6 +214,8 @@ class SamchatBase(App[None]):
         self, chat_id: int | None, leaf_id: int | None = None, focus_id: int | None = None
     ) -> None:
         self.chat_id = chat_id
+        self.chat_documents.pop(None, None)  # a new chat starts without documents
+        self.update_status()
         view = self.chat_view
         if chat_id is None or self.data is None:
             await view.show_thread([], {})

@@ -12,6 +12,7 @@ from samchat.chat import backend
 from samchat.chat.live_stats import LiveStats
 from samchat.errors import SamchatError
 from samchat.tui.app_base import SamchatBase
+from samchat.tui.documents_screen import ChatDocuments
 from samchat.tui.guard import guarded
 from samchat.tui.messages import MessageView
 from samchat.tui.prompt import PromptArea
@@ -27,6 +28,8 @@ from samchat.tui.worker_messages import (
     ReplyFinished,
     ReplyJob,
     ReplyStep,
+    SourcesFailed,
+    SourcesReady,
 )
 
 if TYPE_CHECKING:
@@ -88,13 +91,96 @@ class SamchatRuntime(SamchatBase):
             return
         if self.busy() or (data := self.need_data()) is None:
             return
+        docs = self.documents
+        if not docs.active:
+            await self.send(text, text)
+            return
+        if self.generator is None:
+            self.notify(
+                "load a model first (ctrl+l): documents are fitted to its context",
+                severity="warning",
+            )
+            return
+        try:
+            history = self._history(data)
+        except SamchatError as exc:
+            self.error(exc, "Database")
+            return
+        self.preparing = True
+        self.prompt.clear()
+        self.update_status()
+        self.prepare_sources(
+            self.chat_id, text, history, docs.retrieval, list(docs.files), self.generator
+        )
+
+    def _history(self, data: backend.ChatData) -> list[dict[str, str]]:
+        """The messages the question will follow (what the sources must fit beside)."""
+        if self.chat_id is None:
+            return []
+        rows = self.current_rows()
+        if not rows:
+            chat = data.chat(self.chat_id)
+            return [{"role": "system", "content": chat.system_prompt}] if chat.system_prompt else []
+        return data.conversation(self.chat_id, rows[-1].id)
+
+    @work(thread=True, group="sources", exit_on_error=False)
+    def prepare_sources(
+        self,
+        chat_id: int | None,
+        question: str,
+        history: list[dict[str, str]],
+        retrieval: bool,
+        files: list[Any],
+        gen: backend.Generator,
+    ) -> None:
+        assert self.data is not None
+        try:
+            sources = backend.gather_sources(
+                self.data.path, question, retrieval=retrieval, files=files
+            )
+            fitted = gen.fit_sources(history, question, sources, dict(self.cfg.sampling))
+        except SamchatError as exc:
+            self.post_message(SourcesFailed(question, str(exc)))
+        except Exception as exc:  # never take the UI down over a document
+            self.post_message(SourcesFailed(question, f"{type(exc).__name__}: {exc}"))
+        else:
+            self.post_message(SourcesReady(chat_id, question, fitted))
+
+    @guarded
+    async def on_sources_ready(self, msg: SourcesReady) -> None:
+        self.preparing = False
+        fitted = msg.fitted
+        for notice in fitted.notices:
+            self.notify(notice, title="Documents", severity="warning", timeout=8)
+        if not fitted.sources:
+            self.notify("no document passage matches; asking without them", title="Documents")
+        if self.chat_id != msg.chat_id:  # the user moved to another chat meanwhile
+            await self.open_chat(msg.chat_id)
+        await self.send(msg.question, fitted.content, [s.record() for s in fitted.sources])
+
+    def on_sources_failed(self, msg: SourcesFailed) -> None:
+        self.preparing = False
+        if not self.prompt.text.strip():
+            self.prompt.load_text(msg.question)  # nothing was sent: the question comes back
+        self.error(msg.error, "Documents")
+        self.update_status()
+
+    async def send(
+        self, question: str, content: str, sources: list[dict[str, Any]] | None = None
+    ) -> None:
+        """Save `content` (the question, after its sources if any) and start the reply."""
+        data = self.need_data()
+        if data is None:
+            return
         try:
             if self.chat_id is None:
-                self.chat_id = data.create_chat(backend.title_from_prompt(text), self.model_name)
+                title = backend.title_from_prompt(question)
+                self.chat_id = data.create_chat(title, self.model_name)
+                self.chat_documents[self.chat_id] = self.chat_documents.pop(None, ChatDocuments())
                 self.sub_title = data.chat(self.chat_id).title
             rows = self.current_rows()
             parent = rows[-1].id if rows else None
-            user_id = data.add_user(self.chat_id, text, parent)
+            user_id = data.add_user(self.chat_id, content, parent)
             row = data.message(user_id)
         except SamchatError as exc:
             self.error(exc, "Database")
@@ -102,9 +188,9 @@ class SamchatRuntime(SamchatBase):
         self.prompt.clear()
         await self.chat_view.add_view(self.chat_view.make_view(row), row)
         self.refresh_sidebar()
-        await self.start_reply(user_id)
+        await self.start_reply(user_id, sources)
 
-    async def start_reply(self, user_id: int) -> None:
+    async def start_reply(self, user_id: int, sources: list[dict[str, Any]] | None = None) -> None:
         assert self.chat_id is not None
         view = MessageView(
             message_id=None, role="assistant", content="", model=self.model_name, parent_id=user_id
@@ -112,6 +198,7 @@ class SamchatRuntime(SamchatBase):
         await self.chat_view.add_view(view)
         view.start_stream()
         job = ReplyJob(self.chat_id, user_id, view, LiveStats(time.perf_counter()), self.model_name)
+        job.sources = list(sources or [])
         if self.generator is None:
             self.pending = job
             if self.model_state != "loading":
@@ -147,7 +234,7 @@ class SamchatRuntime(SamchatBase):
             from samchat.chat.record import ReplyRecorder
             from samchat.decoding.events import ReplyDone, StepStats, TextDelta
 
-            recorder = ReplyRecorder(job.live.started)
+            recorder = ReplyRecorder(job.live.started, sources=job.sources)
             for ev in gen.generate(messages, sampling, job.cancel):
                 now = time.perf_counter()
                 recorder.observe(ev, now)

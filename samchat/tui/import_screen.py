@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Log, ProgressBar
+from textual.widgets import Button, Checkbox, Input, Label, Log, ProgressBar
 
 from samchat.errors import SamchatError
 
@@ -21,11 +21,19 @@ Importer = Callable[[str, Callable[[int, int, str], None]], str]
 class ImportScreen(ModalScreen[str | None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "Close")]
 
-    def __init__(self, importer: Importer, on_done: Callable[[], None] | None = None) -> None:
-        """on_done runs on the UI thread after an import, even if the screen was closed."""
+    def __init__(
+        self,
+        importer: Importer,
+        on_done: Callable[[], None] | None = None,
+        on_use: Callable[[], None] | None = None,
+    ) -> None:
+        """on_done runs on the UI thread after an import, even if the screen was closed;
+        on_use after a successful one the user asked to answer from (the checkbox)."""
         super().__init__(classes="dialog-screen")
         self.importer = importer
         self.on_done = on_done
+        self.on_use = on_use
+        self.use_in_chat = False  # the checkbox, as it was when the import started
         self.running = False
         self.summary: str | None = None
 
@@ -36,6 +44,8 @@ class ImportScreen(ModalScreen[str | None]):
                 classes="dialog-title",
             )
             yield Input(placeholder="path to a file or folder", id="import-path")
+            if self.on_use is not None:
+                yield Checkbox("Answer from the documents in this chat", id="import-use")
             yield ProgressBar(total=None, id="import-progress", show_eta=False)
             yield Log(id="import-log", max_lines=500)
             with Horizontal(classes="dialog-buttons"):
@@ -69,6 +79,8 @@ class ImportScreen(ModalScreen[str | None]):
             self.notify("an import is already running", severity="warning")
             return
         self.running = True
+        boxes = self.query("#import-use")
+        self.use_in_chat = bool(boxes) and bool(self.query_one("#import-use", Checkbox).value)
         self.query_one("#import-log", Log).write_line(f"importing {path} …")
         self.run_import(path)
 
@@ -89,6 +101,8 @@ class ImportScreen(ModalScreen[str | None]):
         else:
             self.summary = summary
             self.app.notify(summary or "import done", title="Import")
+            if self.on_use is not None and self.use_in_chat:
+                self.on_use()
         if not self.is_attached:
             return
         log = self.query_one("#import-log", Log)

@@ -26,11 +26,12 @@ ACTIONS: list[tuple[str, str, str, bool]] = [
     ("message_down", "ctrl+down", "Select next message", False),
     ("pick_model", "ctrl+l", "Model", True),
     ("import_documents", "ctrl+o", "Import", True),
+    ("documents", "f7", "Documents for this chat", False),
     ("settings", "ctrl+s", "Settings", True),
     ("pick_theme", "ctrl+t", "Theme", False),
 ]
 # Keys a focused text widget would otherwise take.
-PRIORITY = {"f6", "ctrl+u", "f12"}
+PRIORITY = {"f6", "f7", "ctrl+u", "f12"}
 
 
 def binding_id(action: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -10,10 +11,11 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.content import Content
 from textual.message import Message
-from textual.widgets import Markdown, Static
+from textual.widgets import Collapsible, Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
 from samchat.chat.live_stats import format_stats
+from samchat.corpus.retrieval import split_content
 
 # Drafter -> theme variable used to colour its tokens (plain tokens stay uncoloured).
 PROVENANCE_STYLES = {"dyn": "$prov-dyn", "static": "$prov-static", "tr": "$prov-tr"}
@@ -46,6 +48,17 @@ def legend_content() -> Content:
         parts.append("  ")
     parts.append("plain: uncoloured")
     return Content.assemble(*parts)
+
+
+def sources_used(stats: dict[str, Any]) -> Content:
+    """The documents a reply was given, as its stored stats name them ("" if none)."""
+    sources = stats.get("sources") or []
+    names = [
+        f"[{i}] {s.get('title')}" + (f" ({s['path']})" if s.get("path") else "")
+        for i, s in enumerate(sources, 1)
+        if isinstance(s, dict)
+    ]
+    return Content("sources: " + "; ".join(names)) if names else Content("")
 
 
 class MessageView(Vertical, can_focus=True):
@@ -104,10 +117,20 @@ class MessageView(Vertical, can_focus=True):
 
     def compose(self) -> ComposeResult:
         yield Static(self.header_text(), classes="msg-header")
-        yield Markdown(self.content, classes="msg-body")
+        question, sources = split_content(self.content) if self.role == "user" else ("", None)
+        if sources is None:
+            yield Markdown(self.content, classes="msg-body")
+        else:  # what the model was given before the question, folded away
+            yield Markdown(question, classes="msg-body")
+            count = len(re.findall(r"^\[\d+\] ", sources, flags=re.MULTILINE))
+            with Collapsible(title=f"sources ({count})", collapsed=True, classes="msg-sources"):
+                yield Static(sources, markup=False)
         if self.role == "assistant":
             yield Static(provenance_content(self.spans), classes="msg-provenance")
             yield Static(format_stats(self.stats), classes="msg-stats")
+            used = Static(sources_used(self.stats), classes="msg-used")
+            used.display = bool(self.stats.get("sources"))
+            yield used
 
     def header_text(self) -> str:
         who = "You" if self.role == "user" else (self.model or "assistant")
@@ -161,3 +184,6 @@ class MessageView(Vertical, can_focus=True):
         if self.role == "assistant":
             self.query_one(".msg-provenance", Static).update(provenance_content(self.spans))
             self.query_one(".msg-stats", Static).update(format_stats(stats))
+            used = self.query_one(".msg-used", Static)
+            used.update(sources_used(stats))
+            used.display = bool(stats.get("sources"))

@@ -13,6 +13,7 @@ from samchat.tui.messages import MessageView
 
 if TYPE_CHECKING:
     from samchat.chat.backend import Generator
+    from samchat.corpus.retrieval import Fitted
     from samchat.models.loader import LoadedModel
 
 
@@ -24,6 +25,7 @@ class ReplyJob:
     live: LiveStats
     model: str
     cancel: threading.Event = field(default_factory=threading.Event)
+    sources: list[dict[str, Any]] = field(default_factory=list)  # put before the question
 
 
 class ReplyDelta(Message):
@@ -120,3 +122,17 @@ class IndexProgress(Message):
     def __init__(self, done: int, total: int) -> None:
         super().__init__()
         self.done, self.total = done, total
+
+
+class SourcesReady(Message):
+    """The question with its documents, fitted into the model's context."""
+
+    def __init__(self, chat_id: int | None, question: str, fitted: Fitted) -> None:
+        super().__init__()
+        self.chat_id, self.question, self.fitted = chat_id, question, fitted
+
+
+class SourcesFailed(Message):
+    def __init__(self, question: str, error: str) -> None:
+        super().__init__()
+        self.question, self.error = question, error

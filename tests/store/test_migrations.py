@@ -240,7 +240,7 @@ def _normalise_unique(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fts_in_step(conn: sqlite3.Connection) -> None:
-    for fts in ("messages_fts", "documents_fts"):
+    for fts in ("messages_fts", "documents_fts", "passages_fts"):
         conn.execute(f"INSERT INTO {fts}({fts}, rank) VALUES ('integrity-check', 1)")
     conn.commit()  # the check is an INSERT: end the transaction sqlite3 opened for it
 
@@ -253,7 +253,8 @@ def test_old_sql_database_upgrades_to_the_same_schema(tmp_path: Path, version: i
     _old_database(path, version)
     with Store.open(path) as store:
         conn = store.conn
-        assert [r[0] for r in conn.execute("SELECT version FROM schema_version")] == [1, 2, 3]
+        versions = [r[0] for r in conn.execute("SELECT version FROM schema_version")]
+        assert versions == list(range(1, LATEST + 1))
         assert _normalise_unique(_schema(conn)) == expected
         _fts_in_step(conn)
         # Every row is kept, full-text search covers them (porter: "question" finds "questions").
@@ -265,6 +266,10 @@ def test_old_sql_database_upgrades_to_the_same_schema(tmp_path: Path, version: i
         assert [m.content for m in store.thread(1)] == ["ancient questions", "an old answer"]
         assert {(h.kind, h.id) for h in store.search("question ancient")} == {("message", 1)}
         assert {(h.kind, h.id) for h in store.search("warranty")} == {("document", 1)}
+        # v4 split the old document into passages that retrieval finds.
+        assert [(h.document_id, h.text) for h in store.search_passages(["warranties"], 3)] == [
+            (1, "an ancient document about warranties")
+        ]
         # The constraints and triggers behave the same.
         with pytest.raises(sqlite3.IntegrityError), store.transaction():
             conn.execute(
@@ -301,12 +306,12 @@ def test_a_migration_can_transform_a_table_others_reference(
     path = tmp_path / "samchat.db"
     _old_database(path, 3)
 
-    def m004_reorder_chats(db: Database) -> None:
+    def m_next_reorder_chats(db: Database) -> None:
         db.table("chats").transform(column_order=["id", "title", "source"])
 
-    monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS, m004_reorder_chats])
+    monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS, m_next_reorder_chats])
     with Store.open(path) as store:
-        assert current_version(store.conn) == 4
+        assert current_version(store.conn) == LATEST + 1
         assert [r[1] for r in store.conn.execute("PRAGMA table_info(chats)")][:3] == [
             "id",
             "title",
@@ -327,14 +332,15 @@ def test_a_migration_that_breaks_foreign_keys_is_rolled_back(
     path = tmp_path / "samchat.db"
     _old_database(path, 3)
 
-    def m004_orphans(db: Database) -> None:
+    def m_next_orphans(db: Database) -> None:
         db.execute("DELETE FROM chats WHERE id = 1")  # foreign keys are off: no cascade
 
-    monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS, m004_orphans])
-    with pytest.raises(StoreError, match=r"version 4 would break links.*stays at version 3"):
+    monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS, m_next_orphans])
+    broken = rf"version {LATEST + 1} would break links.*stays at version {LATEST}"
+    with pytest.raises(StoreError, match=broken):
         Store.open(path)
     conn = sqlite3.connect(path)
-    assert current_version(conn) == 3
+    assert current_version(conn) == LATEST
     assert conn.execute("SELECT COUNT(*) FROM chats").fetchone()[0] == 2
     conn.close()
 

@@ -1,0 +1,125 @@
+"""Retrieval over imported passages, attachments, and fitting sources into the context."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from samchat.corpus.importer import import_paths
+from samchat.corpus.retrieval import (
+    CUT_MARK,
+    DocumentError,
+    Source,
+    compose,
+    fit,
+    query_terms,
+    read_attachment,
+    retrieve,
+    split_content,
+)
+from samchat.store import Store
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def _corpus(root: Path) -> Path:
+    docs = root / "docs"
+    docs.mkdir()
+    (docs / "kettle.md").write_text(
+        "# Kettle\n\nThe blue kettle warranty lasts 2 years.\n\n# Colour\n\nIt is blue.\n"
+    )
+    (docs / "office.txt").write_text("The office moves to Building C in June.\n")
+    license_text = "Permission is hereby granted, free of charge, to any person.\n"
+    (docs / "LICENSE").write_text(license_text)
+    (docs / "sub").mkdir()
+    (docs / "sub" / "LICENSE.txt").write_text(license_text + "\n")  # same words, other hash
+    return docs
+
+
+def test_retrieve_ranks_dedupes_and_names_sources(tmp_path: Path) -> None:
+    docs = _corpus(tmp_path)
+    with Store.open(tmp_path / "db.sqlite") as store:
+        import_paths(store, [docs])
+        found = retrieve(store, "How long is the kettle warranty?")
+        assert [(s.title, s.heading, s.text) for s in found] == [
+            ("Kettle", "Kettle", "The blue kettle warranty lasts 2 years.")
+        ]
+        assert found[0].path == str((docs / "kettle.md").resolve())
+        assert found[0].record() == {
+            "title": "Kettle",
+            "path": found[0].path,
+            "passage_id": found[0].passage_id,
+            "document_id": found[0].document_id,
+        }
+        licenses = retrieve(store, "who is granted permission?")
+        assert len(licenses) == 1  # the same text in two files is retrieved once
+        assert retrieve(store, "zebra") == []
+        within = retrieve(store, "blue office kettle", budget=10)  # estimated tokens
+        assert [s.text for s in within] == ["The blue kettle warranty lasts 2 years."]
+
+
+def test_query_terms_drop_common_words() -> None:
+    assert query_terms("What is the WARRANTY of the kettle, and why? 2") == [
+        "warranty",
+        "kettle",
+        "2",
+    ]
+
+
+def test_empty_corpus_is_a_clear_error(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "db.sqlite") as store, pytest.raises(DocumentError) as exc:
+        retrieve(store, "anything")
+    assert "samchat import" in str(exc.value)
+
+
+def test_attachments_refuse_bad_files(tmp_path: Path) -> None:
+    good = tmp_path / "notes.md"
+    good.write_text("# Notes\n\nhello\n")
+    assert read_attachment(good) == Source("Notes", str(good), "# Notes\n\nhello\n")
+    (tmp_path / "blob").write_bytes(b"\x00\x01\x02" * 10)
+    (tmp_path / "big.txt").write_text("x" * 2000)
+    (tmp_path / "empty.txt").write_text("")
+    cases = {
+        tmp_path / "nope.txt": "no such file",
+        tmp_path / "blob": "binary file",
+        tmp_path / "big.txt": "limit for attachments",
+        tmp_path / "empty.txt": "empty file",
+        tmp_path: "directory",
+    }
+    for path, problem in cases.items():
+        with pytest.raises(DocumentError, match=problem):
+            read_attachment(path, max_bytes=1000)
+
+
+def test_compose_and_split_round_trip() -> None:
+    sources = [Source("A", "/a.md", "alpha"), Source("stdin", None, "beta")]
+    content = compose("What?", sources)
+    assert content.endswith("Question: What?") and "[1] A (/a.md)\nalpha" in content
+    question, block = split_content(content)
+    assert question == "What?" and block is not None and "[2] stdin\nbeta" in block
+    assert split_content("plain question") == ("plain question", None)
+    assert compose("What?", []) == "What?"
+
+
+def test_fit_cuts_with_a_notice_and_never_overflows() -> None:
+    sources = [
+        Source("A", "/a", "one two three"),
+        Source("B", "/b", " ".join(f"w{i}" for i in range(200))),
+        Source("C", "/c", "never fits"),
+    ]
+
+    def prompt_tokens(content: str) -> int:
+        return _words(content) + 5  # the template around the message
+
+    fitted = fit("Why?", sources, prompt_tokens=prompt_tokens, count=_words, limit=100)
+    assert [s.title for s in fitted.sources] == ["A", "B"]
+    assert fitted.sources[1].text.endswith(CUT_MARK)
+    assert prompt_tokens(fitted.content) <= 100
+    assert len(fitted.notices) == 2
+    assert fitted.notices[0].startswith("cut B (/b) to about")
+    assert fitted.notices[1] == "left out 1 source that did not fit the model's context: C (/c)"
+    everything = fit("Why?", sources, prompt_tokens=prompt_tokens, count=_words, limit=10_000)
+    assert everything.sources == sources and not everything.notices
