@@ -33,9 +33,13 @@ DEFAULT_GPU = {1: 1.0, 16: 1.02, 32: 1.05, 64: 1.15}
 
 
 class CostCurve:
-    """Relative cost of verifying n input tokens in one forward (1.0 for n = 1)."""
+    """Relative cost of verifying n input tokens in one forward (1.0 for n = 1).
 
-    def __init__(self, points: dict[int, float]) -> None:
+    A `fixed` curve is not refined from the forwards decoding times (a curve given on purpose:
+    the benchmark's simulated flat GPU-like costs, or one read from a file)."""
+
+    def __init__(self, points: dict[int, float], fixed: bool = False) -> None:
+        self.fixed = fixed
         xs = sorted(points)
         # Not forced monotone: on a CPU some sizes really are cheaper than smaller ones (the
         # BLAS kernel a shape gets), and the choosers weigh every size against its own cost.
@@ -68,6 +72,34 @@ class CostCurve:
 
     def to_dict(self) -> dict[str, float]:
         return {str(x): y for x, y in zip(self.xs, self.ys, strict=True)}
+
+    @classmethod
+    def flat(cls, max_inputs: int = 64) -> CostCurve:
+        """Verifying up to max_inputs rows costs one row: what a GPU nearly gives."""
+        return cls({1: 1.0, max_inputs: 1.0}, fixed=True)
+
+    @classmethod
+    def from_file(cls, path: Path) -> CostCurve:
+        """A fixed curve from JSON: {"relative_cost": {"1": 1.0, "8": 1.6, ...}} (the cost
+        cache's format) or the bare mapping."""
+        from samchat.errors import SamchatError
+
+        try:
+            data = json.loads(path.read_text())
+            points = data.get("relative_cost", data) if isinstance(data, dict) else None
+            if not isinstance(points, dict) or not points:
+                raise ValueError("no relative costs")
+            curve = cls({int(k): float(v) for k, v in points.items()}, fixed=True)
+        except OSError as exc:
+            raise SamchatError(f"cannot read the cost curve {path}: {exc.strerror}") from exc
+        except (ValueError, TypeError, AttributeError, ZeroDivisionError) as exc:
+            raise SamchatError(
+                f"{path} is not a cost curve ({exc}); give JSON like "
+                '{"relative_cost": {"1": 1.0, "8": 1.6, "64": 2.9}}'
+            ) from exc
+        if min(curve.ys) <= 0 or curve.xs[0] != 1:
+            raise SamchatError(f"{path}: a cost curve starts at 1 input and has positive costs")
+        return curve
 
     @classmethod
     def default(cls, device: torch.device) -> CostCurve:
@@ -157,7 +189,9 @@ class CostTracker:
         return SIZES[-1]
 
     def record(self, n_inputs: int, seconds: float) -> bool:
-        """Add one forward; True when the curve was just refreshed."""
+        """Add one forward; True when the curve was just refreshed (never for a fixed one)."""
+        if self.base.fixed:
+            return False
         b = self._bucket(n_inputs)
         old = self._ema.get(b)
         self._ema[b] = seconds if old is None else 0.9 * old + 0.1 * seconds
@@ -205,7 +239,7 @@ def load_or_measure(
         progress("measuring verification cost on this device")
     curve = measure()
     try:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        cache_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         payload = {"version": CURVE_VERSION, "relative_cost": curve.to_dict()}
         cache_file.write_text(json.dumps(payload, indent=1))
     except OSError as exc:  # a read-only cache only costs a re-measure next time
@@ -229,38 +263,66 @@ def bucket(match_len: int) -> int:
     return b
 
 
+# A bucket the selector passes over loses this share of its evidence each time, so a rate that
+# fell below paying drifts back toward the prior and gets tried again (nothing else would ever
+# update it).
+_SKIP_DECAY = 0.97
+
+
 class AcceptanceModel:
-    """Running per-token acceptance rates of sequence drafts, per drafter and match bucket.
+    """Running per-token acceptance rates of sequence drafts, per drafter key and match bucket.
 
     A sequence draft is modelled as geometric: each next token is accepted with rate a, so
     a draft of n tokens adds sum(a^i, i=1..n) tokens on average. The maximum-likelihood a from
-    observed steps is accepted / (accepted + rejections), smoothed by a prior.
+    observed steps is accepted / (accepted + rejections), smoothed by a prior. Evidence fades
+    while a bucket is skipped (`skipped`), so no bucket is written off for good.
     """
 
     def __init__(self) -> None:
-        n = len(_PRIOR_RATE)
-        self._acc: dict[str, list[float]] = {}
+        self._acc: dict[str, list[float]] = {}  # observed, without the prior
         self._rej: dict[str, list[float]] = {}
-        self._n = n
+        self._skips: dict[str, list[int]] = {}
 
-    def _rows(self, drafter: str) -> tuple[list[float], list[float]]:
+    def _rows(self, drafter: str) -> tuple[list[float], list[float], list[int]]:
         if drafter not in self._acc:
-            self._acc[drafter] = [r * _PRIOR_WEIGHT for r in _PRIOR_RATE]
-            self._rej[drafter] = [(1 - r) * _PRIOR_WEIGHT for r in _PRIOR_RATE]
-        return self._acc[drafter], self._rej[drafter]
+            n = len(_PRIOR_RATE)
+            self._acc[drafter] = [0.0] * n
+            self._rej[drafter] = [0.0] * n
+            self._skips[drafter] = [0] * n
+        return self._acc[drafter], self._rej[drafter], self._skips[drafter]
 
     def rate(self, drafter: str, match_len: int) -> float:
-        acc, rej = self._rows(drafter)
+        acc, rej, skips = self._rows(drafter)
         b = bucket(match_len)
-        total = acc[b] + rej[b]
-        return acc[b] / total if total > 0 else 0.0
+        w = _SKIP_DECAY ** skips[b]
+        prior = _PRIOR_RATE[b]
+        total = _PRIOR_WEIGHT + w * (acc[b] + rej[b])
+        return (prior * _PRIOR_WEIGHT + w * acc[b]) / total
+
+    def skipped(self, drafter: str, match_len: int) -> None:
+        """The selector had this bucket's match and did not draft from it."""
+        self._rows(drafter)[2][bucket(match_len)] += 1
 
     def update(self, drafter: str, match_len: int, draft_len: int, accepted: int) -> None:
-        acc, rej = self._rows(drafter)
+        acc, rej, skips = self._rows(drafter)
         b = bucket(match_len)
+        if skips[b]:
+            w = _SKIP_DECAY ** skips[b]
+            acc[b] *= w
+            rej[b] *= w
+            skips[b] = 0
         acc[b] += accepted
         if accepted < draft_len:
             rej[b] += 1.0
+
+
+def expected_sequence(rate: float, n: int) -> float:
+    """Expected accepted tokens of an n-token sequence draft: sum(rate^i, i = 1..n)."""
+    total, p = 0.0, 1.0
+    for _ in range(n):
+        p *= rate
+        total += p
+    return total
 
 
 def best_sequence_length(rate: float, cap: int, curve: CostCurve) -> tuple[int, float]:

@@ -7,7 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from samchat.decoding.budget import AcceptanceModel, CostCurve, best_sequence_length
+from samchat.decoding.budget import (
+    AcceptanceModel,
+    CostCurve,
+    best_sequence_length,
+    expected_sequence,
+)
 from samchat.decoding.params import DecodingConfig
 from samchat.decoding.tree import DraftTree
 
@@ -58,12 +63,20 @@ class Drafter(ABC):
 
 @dataclass
 class Decision:
-    drafter: str  # "dyn" | "static" | "tr" | "plain"
+    drafter: str  # "dyn" | "static" | "tr" | "plain"; a merged tree: "dyn+tr" | "static+tr"
     match_len: int
     size: int  # nodes asked for
+    # The acceptance-model key of the SAM part: the drafter, or "<drafter>@start" for the
+    # reply's first step, where the match is the chat template's header (a weak signal
+    # that would otherwise drag down the short-match buckets).
+    key: str = ""
+    sam_size: int = 0  # nodes of a merged tree that came from the SAM draft
 
 
 PLAIN = Decision("plain", 0, 0)
+# A merged tree is credited with its better part's expected tokens and this share of the
+# other's: both parts' first tokens are often the same guess.
+_MERGE_CREDIT = 0.25
 
 
 class Selector:
@@ -92,10 +105,16 @@ class Selector:
         self.static = static
         self.aux = aux
         self.trees_allowed = True  # False: the model takes no 4D mask, sequence drafts only
-        if config.max_draft:
-            self.cap = config.max_draft
-        else:  # fitted: the curve says where longer drafts stop paying
-            self.cap = min(curve.max_inputs - 1, 32 if curve.rel(33) > 1.5 else 63)
+        self.at_start = False  # the next choice is a reply's first step
+
+    @property
+    def cap(self) -> int:
+        """The largest draft: max_draft, or where the (possibly refreshed) curve says longer
+        drafts stop paying."""
+        if self.config.max_draft:
+            return self.config.max_draft
+        curve = self.curve
+        return min(curve.max_inputs - 1, 32 if curve.rel(33) > 1.5 else 63)
 
     def choose(self, budget: int) -> tuple[DraftTree | None, Decision]:
         """One draft of at most `budget` nodes (or None for a plain step)."""
@@ -126,29 +145,77 @@ class Selector:
         self, sam: Drafter | None, ml: int, budget: int
     ) -> tuple[DraftTree | None, Decision]:
         """The source and size with the most expected committed tokens per unit of forward
-        cost (1.0 = a plain step)."""
-        sam_n, sam_v = 0, 1.0
+        cost (1.0 = a plain step): the SAM sequence, a Token Recycling tree, or both merged
+        into one tree where the curve is flat enough that verifying both pays."""
+        key = ""
+        sam_n, sam_v, sam_e = 0, 1.0, 0.0
         if sam is not None and ml > 0:
+            key = sam.name + ("@start" if self.at_start else "")
             cap = min(budget, 1 + self.config.alpha * ml)
-            sam_n, sam_v = best_sequence_length(self.acceptance.rate(sam.name, ml), cap, self.curve)
-        aux_n, aux_v = 0, 1.0
-        if self.aux is not None and self.trees_allowed:
-            aux_n, aux_v = self._aux_size(self.aux, budget)
-        order = sorted(((sam_v, 0), (aux_v, 1)), reverse=True)
-        for value, which in order:
+            rate = self.acceptance.rate(key, ml)
+            sam_n, sam_v = best_sequence_length(rate, cap, self.curve)
+            sam_e = expected_sequence(rate, sam_n)
+        aux = self.aux if self.trees_allowed else None
+        aux_n, aux_v = self._aux_size(aux, budget) if aux is not None else (0, 1.0)
+        merged_n, merged_v = 0, 1.0
+        if aux is not None and sam_n > 0:
+            merged_n, merged_v = self._merged_size(aux, sam_n, sam_e, budget)
+        options = sorted(((sam_v, 0), (aux_v, 1), (merged_v, 2)), reverse=True)
+        chosen = None
+        for value, which in options:
             if value <= 1.0:
                 break
             if which == 0 and sam is not None:
-                tree = sam.propose(sam_n)
-                if tree is not None and not self.trees_allowed:
-                    tree = tree.first_path()
+                chosen = self._propose_sam(sam, sam_n, ml, key)
+            elif which == 1 and aux is not None:
+                tree = aux.propose(aux_n)
                 if tree is not None and tree.tokens:
-                    return tree, Decision(sam.name, ml, len(tree))
-            elif which == 1 and self.aux is not None:
-                tree = self.aux.propose(aux_n)
-                if tree is not None and tree.tokens:
-                    return tree, Decision(self.aux.name, 0, len(tree))
-        return None, PLAIN
+                    chosen = tree, Decision(aux.name, 0, len(tree))
+            elif which == 2 and sam is not None and aux is not None:
+                chosen = self._propose_merged(sam, aux, sam_n, merged_n, ml, key)
+            if chosen is not None:
+                break
+        if key and (chosen is None or chosen[1].sam_size == 0):
+            self.acceptance.skipped(key, ml)
+        return chosen if chosen is not None else (None, PLAIN)
+
+    def _propose_sam(
+        self, sam: Drafter, n: int, ml: int, key: str
+    ) -> tuple[DraftTree, Decision] | None:
+        tree = sam.propose(n)
+        if tree is not None and not self.trees_allowed:
+            tree = tree.first_path()
+        if tree is None or not tree.tokens:
+            return None
+        return tree, Decision(sam.name, ml, len(tree), key, len(tree))
+
+    def _propose_merged(
+        self, sam: Drafter, aux: Drafter, sam_n: int, aux_n: int, ml: int, key: str
+    ) -> tuple[DraftTree, Decision] | None:
+        first = sam.propose(sam_n)
+        if first is None or not first.tokens:
+            return None
+        second = aux.propose(aux_n)
+        if second is None or not second.tokens:
+            return first, Decision(sam.name, ml, len(first), key, len(first))
+        tree = DraftTree.merge(first, second)
+        return tree, Decision(tree.source, ml, len(tree), key, len(first))
+
+    def _merged_size(
+        self, aux: Drafter, sam_n: int, sam_e: float, budget: int
+    ) -> tuple[int, float]:
+        """The Token Recycling tree size that best joins an sam_n-token SAM draft, and the
+        value of the merged tree."""
+        best, best_v = 0, 1.0
+        for s in aux.tree_sizes():
+            if sam_n + s > budget:
+                continue
+            aux_e = aux.expected_accepted(s)
+            expected = max(sam_e, aux_e) + _MERGE_CREDIT * min(sam_e, aux_e)
+            v = (1.0 + expected) / self.curve.rel(sam_n + s + 1)
+            if v > best_v:
+                best, best_v = s, v
+        return best, best_v
 
     def _aux_size(self, aux: Drafter, budget: int) -> tuple[int, float]:
         best, best_v = 0, 1.0
@@ -161,12 +228,8 @@ class Selector:
         return best, best_v
 
     def _sam_draft(self, sam: Drafter, ml: int, budget: int) -> tuple[DraftTree | None, Decision]:
-        tree = sam.propose(min(budget, 1 + self.config.alpha * ml))
-        if tree is not None and not self.trees_allowed:
-            tree = tree.first_path()
-        if tree is None or not tree.tokens:
-            return None, PLAIN
-        return tree, Decision(sam.name, ml, len(tree))
+        chosen = self._propose_sam(sam, min(budget, 1 + self.config.alpha * ml), ml, sam.name)
+        return chosen if chosen is not None else (None, PLAIN)
 
     def _aux_draft(self, aux: Drafter, budget: int) -> tuple[DraftTree | None, Decision]:
         if not self.trees_allowed:
@@ -177,8 +240,14 @@ class Selector:
             return None, PLAIN
         return tree, Decision(aux.name, 0, len(tree))
 
-    def feedback(self, decision: Decision, accepted: int) -> None:
-        if decision.drafter in ("dyn", "static") and decision.size > 0:
-            self.acceptance.update(decision.drafter, decision.match_len, decision.size, accepted)
+    def feedback(self, decision: Decision, accepted: list[str]) -> None:
+        """After a step: the drafters of the accepted draft tokens, in path order."""
+        if decision.sam_size > 0:
+            # The SAM part is a sequence: its tokens accepted are the leading run of its nodes.
+            sam = decision.drafter.split("+")[0]
+            run = 0
+            while run < len(accepted) and accepted[run] == sam:
+                run += 1
+            self.acceptance.update(decision.key, decision.match_len, decision.sam_size, run)
         elif self.aux is not None and decision.drafter == self.aux.name:
-            self.aux.feedback(accepted)
+            self.aux.feedback(len(accepted))

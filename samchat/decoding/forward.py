@@ -72,3 +72,13 @@ class ModelForward:
             kwargs["logits_to_keep"] = 1
         logits: torch.Tensor = self.model(input_ids=ids, **kwargs).logits[0]
         return logits
+
+    def last_rows(self, ids: torch.Tensor, cache: Any, rows: int) -> torch.Tensor:
+        """Logits of the last `rows` inputs through the model's own path: the decoder runs
+        exactly as for a prefill that keeps only the last row, so the cache is the same."""
+        kwargs: dict[str, Any] = {"use_cache": True, self.kwarg: cache}
+        rows = min(rows, int(ids.shape[1]))
+        if self.logits_to_keep:
+            kwargs["logits_to_keep"] = rows
+        logits: torch.Tensor = self.model(input_ids=ids, **kwargs).logits[0]
+        return logits[-rows:]

@@ -34,6 +34,9 @@ K = 8
 # Inputs = 1 + nodes: 2, 4, 8, 16 ... rows, the shapes the CPU kernels run fastest.
 SIZES = (1, 3, 7, 11, 15, 23, 31, 47, 63)
 MAX_DEPTH = 6
+# The table also learns from the last new prompt rows of each turn (as SAM-D does from all of
+# them): their logits cost one output projection per row at prefill.
+PROMPT_ROWS = 64
 # Prior chance that the model's next token is the table's candidate of rank r (warm table).
 _PRIOR_RANK = (0.45, 0.12, 0.06, 0.04, 0.03, 0.02, 0.015, 0.01)
 _PRIOR_WEIGHT = 200.0
@@ -119,7 +122,7 @@ class TokenRecyclingDrafter(Drafter):
         if self.path is None or not self._dirty:
             return
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             tmp = self.path.with_name(self.path.name + f".{os.getpid()}.tmp")
             with open(tmp, "wb") as fh:
                 np.save(fh, self.adj, allow_pickle=False)

@@ -13,18 +13,26 @@ from samchat.sam import MatchCursor, SuffixAutomaton
 class DynamicSamDrafter(Drafter):
     """A suffix automaton over the whole conversation (system prompt, every turn, tokens as they
     are committed). Each token is matched first, then appended, so a match always points to
-    earlier text; the draft is what followed that earlier occurrence."""
+    earlier text; the draft is what followed that earlier occurrence.
+
+    An edit, a branch or a re-tokenised reply changes the conversation's past, which an
+    automaton cannot forget: the old text stays (drafts from it are as good as any other text's)
+    and only the cursor restarts, until the automaton outgrows the conversation by REBUILD_SLACK
+    tokens and is rebuilt."""
 
     name = "dyn"
+    REBUILD_SLACK = 1024
+    REFEED = 64  # tokens before the change the restarted cursor is fed, to match again at once
 
     def __init__(self) -> None:
-        self._text: list[int] = []
+        self._conv: list[int] = []  # the conversation the cursor stands at the end of
+        self._size = 0  # tokens in the automaton
         self._sam = SuffixAutomaton()
         self._cursor = MatchCursor(self._sam)
 
     @property
     def text_tokens(self) -> int:
-        return len(self._text)
+        return self._size
 
     def _push(self, tokens: Sequence[int]) -> None:
         feed = self._cursor.feed
@@ -32,20 +40,24 @@ class DynamicSamDrafter(Drafter):
         for t in tokens:
             feed(t)
             extend(t)
-        self._text.extend(tokens)
+        self._conv.extend(tokens)
+        self._size += len(tokens)
 
     def begin(self, context: Sequence[int]) -> None:
-        text = self._text
-        n = min(len(text), len(context))
+        conv = self._conv
+        n = min(len(conv), len(context))
         k = 0
-        while k < n and text[k] == context[k]:
+        while k < n and conv[k] == context[k]:
             k += 1
-        if k < len(text):
-            # An edit, a branch or a re-tokenised reply: the automaton cannot shrink, rebuild.
-            self._text = []
-            self._sam = SuffixAutomaton()
+        if k < len(conv):
+            if self._size + len(context) - k > 2 * len(context) + self.REBUILD_SLACK:
+                self._sam = SuffixAutomaton()
+                self._size = 0
+                k = 0
             self._cursor = MatchCursor(self._sam)
-            k = 0
+            for t in context[max(0, k - self.REFEED) : k]:
+                self._cursor.feed(t)
+            del conv[k:]
         self._push(context[k:])
 
     def match_len(self) -> int:

@@ -27,7 +27,9 @@ log = logging.getLogger(__name__)
 Message = dict[str, str]
 
 PREFILL_CHUNK = 2048
-CALIBRATE_EVERY = 48
+# A plain step is forced when none ran for this many steps (replies included), so the one-token
+# time (the cost curve's unit and speedup_est's baseline) follows the machine's current load.
+CALIBRATE_EVERY = 64
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -67,6 +69,8 @@ class ChatSession:
         self._curve = cost_curve
         self._tracker: CostTracker | None = None
         self._t1: float | None = None  # one-token forward time (EMA of plain steps)
+        self._since_plain = 0  # steps since the last plain one
+        self.prompt_rows: tuple[list[int], torch.Tensor] | None = None
         self._static_index = static_index
         self._dyn: Drafter | None = None
         self._static: Drafter | None = None
@@ -154,9 +158,12 @@ class ChatSession:
         except Exception:
             self.reset()
 
-    def prefill_tokens(self, prompt: list[int]) -> int:
-        """Make the cache hold prompt[:-1]; returns how many tokens were reused."""
+    def prefill_tokens(self, prompt: list[int], logit_rows: int = 0) -> int:
+        """Make the cache hold prompt[:-1]; returns how many tokens were reused. With
+        logit_rows, the logits of up to that many of the last new rows are kept in
+        `prompt_rows` (ids, logits) for Token Recycling."""
         keep = min(common_prefix(self._cached, prompt), len(prompt) - 1)
+        self.prompt_rows = None
         try:
             self._engine.crop(keep)
             if self._engine.length != keep:  # this memory cannot drop a suffix: start over
@@ -166,7 +173,11 @@ class ChatSession:
             rest = prompt[keep:-1]
             for i in range(0, len(rest), PREFILL_CHUNK):
                 chunk = rest[i : i + PREFILL_CHUNK]
-                self._engine.prefill(chunk)
+                last = i + PREFILL_CHUNK >= len(rest)
+                rows = min(logit_rows, len(chunk)) if last else 0
+                logits = self._engine.prefill(chunk, rows)
+                if logits is not None:
+                    self.prompt_rows = (chunk[len(chunk) - rows :], logits)
                 self._cached.extend(chunk)
         except BaseException:
             self._restore()
@@ -302,7 +313,7 @@ class ChatSession:
         """Fit and prefill the prompt, start the drafters."""
         t_start = time.perf_counter()
         prompt, notice = self._fit(messages, params)
-        reused = self.prefill_tokens(prompt)
+        reused = self.prefill_tokens(prompt, self._prompt_logit_rows())
         drafting = self._begin_drafting(prompt)
         # Setup (drafters, a first cost-curve measurement) counts as prefill, not decoding.
         t_decode = time.perf_counter()
@@ -321,11 +332,22 @@ class ChatSession:
         )
         return reply, drafting
 
+    def _prompt_logit_rows(self) -> int:
+        """How many new prompt rows Token Recycling learns from (their logits cost an output
+        projection each, so only the last ones, where the reply most likely copies from)."""
+        if not self.config.uses_tr or self.config.method == "plain" or self.plain_reason:
+            return 0
+        from samchat.decoding.recycling import PROMPT_ROWS
+
+        return PROMPT_ROWS
+
     def _begin_drafting(self, prompt: list[int]) -> _Drafting | None:
         dyn, static, aux = self._drafters()
         drafters = [d for d in (dyn, static, aux) if d is not None]
         for d in drafters:
             d.begin(prompt)
+        if aux is not None and self.prompt_rows is not None:
+            aux.observe(*self.prompt_rows)
         if not drafters:
             return None
         if self._tracker is None:
@@ -333,6 +355,7 @@ class ChatSession:
         tracker = self._tracker
         selector = Selector(self.config, tracker.curve, self._acceptance, dyn, static, aux)
         selector.trees_allowed = self.tree_reason is None
+        selector.at_start = True
         return _Drafting(drafters, selector, tracker)
 
     def _step(
@@ -343,10 +366,9 @@ class ChatSession:
         rejected a tree mask (tree drafts are off from then on)."""
         tree: DraftTree | None = None
         decision: Decision = PLAIN
-        # Now and then a plain step keeps the one-token forward time (the cost curve's
-        # unit and speedup_est's baseline) measured under the machine's current load.
-        if drafting is not None and budget > 0 and reply.steps % CALIBRATE_EVERY != 1:
+        if drafting is not None and budget > 0 and not self._calibration_due(drafting):
             tree, decision = drafting.selector.choose(budget)
+            drafting.selector.at_start = False
         t0 = time.perf_counter()
         try:
             with torch.inference_mode():
@@ -363,15 +385,23 @@ class ChatSession:
             return None
         forward_s = time.perf_counter() - t0
         reply.stepped(bonus, forward_s, plain=tree is None)
+        self._since_plain = 0 if tree is None else self._since_plain + 1
         n_acc = len(path)
         new = [ids[j] for j in path]
         new.append(bonus)
-        sources = [decision.drafter] * n_acc if tree is not None else []
-        sources.append("plain")
+        sources = [tree.source_at(j - 1) for j in path] if tree is not None else []
         if drafting is not None:
-            drafting.learn(decision, ids, logits, new, forward_s)
+            drafting.learn(decision, ids, logits, new, sources, forward_s)
+        sources.append("plain")
         size = len(tree) if tree is not None else 0
         return StepStats(decision.drafter, size, n_acc, forward_s), new, sources
+
+    def _calibration_due(self, drafting: _Drafting) -> bool:
+        """A plain step is due: none ran for CALIBRATE_EVERY steps, or none ever, and the
+        curve is one decoding refines (a fixed curve needs no fresh one-token time)."""
+        if drafting.tracker.curve.fixed:
+            return False
+        return self._since_plain >= CALIBRATE_EVERY
 
     def _end_reply(self, reply: Reply, drafting: _Drafting | None) -> Iterator[Event]:
         if drafting is not None:
@@ -407,15 +437,16 @@ class _Drafting:
         ids: list[int],
         logits: torch.Tensor,
         new: list[int],
+        accepted: list[str],
         forward_s: float,
     ) -> None:
-        """After a verified step: its cost, how much of the draft was accepted, the tokens
-        committed (bonus included) and, for the drafters that want them, the logits."""
+        """After a verified step: its cost, the drafters of the accepted draft tokens, the
+        tokens committed (bonus included) and, for the drafters that want them, the logits."""
         tracker = self.tracker
         selector = self.selector
         if tracker.record(len(ids), forward_s):
             selector.curve = tracker.curve
-        selector.feedback(decision, len(new) - 1)  # the draft tokens accepted
+        selector.feedback(decision, accepted)
         for d in self.drafters:
             d.advance(new)
         for d in self.watchers:

@@ -18,12 +18,40 @@ class DraftTree:
 
     tokens: list[int]
     parents: list[int]
-    source: str  # "dyn" | "static" | "tr"
+    source: str  # "dyn" | "static" | "tr"; a merged tree: "dyn+tr" | "static+tr"
+    # The drafter of each node where they differ (a merged tree); None: all `source`.
+    node_sources: list[str] | None = None
     _layout: TreeLayout | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def sequence(cls, tokens: list[int], source: str) -> DraftTree:
         return cls(list(tokens), list(range(-1, len(tokens) - 1)), source)
+
+    @classmethod
+    def merge(cls, first: DraftTree, second: DraftTree) -> DraftTree:
+        """One tree holding both drafts (a trie: a node both propose appears once, credited to
+        `first`), so one forward verifies both and the longer accepted path wins."""
+        tokens = list(first.tokens)
+        parents = list(first.parents)
+        sources = [first.source_at(i) for i in range(len(first))]
+        children: dict[tuple[int, int], int] = {}
+        for i, (tok, par) in enumerate(zip(tokens, parents, strict=True)):
+            children.setdefault((par, tok), i)
+        mapped: list[int] = []
+        for i, (tok, par) in enumerate(zip(second.tokens, second.parents, strict=True)):
+            parent = mapped[par] if par >= 0 else -1
+            node = children.get((parent, tok))
+            if node is None:
+                node = len(tokens)
+                tokens.append(tok)
+                parents.append(parent)
+                sources.append(second.source_at(i))
+                children[(parent, tok)] = node
+            mapped.append(node)
+        return cls(tokens, parents, f"{first.source}+{second.source}", sources)
+
+    def source_at(self, node: int) -> str:
+        return self.node_sources[node] if self.node_sources is not None else self.source
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -35,12 +63,17 @@ class DraftTree:
     def first_path(self) -> DraftTree:
         """The path through each node's first child: a sequence draft."""
         tokens: list[int] = []
+        sources: list[str] = []
         last = -1
         for i, (tok, par) in enumerate(zip(self.tokens, self.parents, strict=True)):
             if par == last:
                 tokens.append(tok)
+                sources.append(self.source_at(i))
                 last = i
-        return DraftTree.sequence(tokens, self.source)
+        path = DraftTree.sequence(tokens, self.source)
+        if self.node_sources is not None:
+            path.node_sources = sources
+        return path
 
     def layout(self) -> TreeLayout:
         if self._layout is None:
@@ -51,7 +84,8 @@ class DraftTree:
         """The first max_nodes nodes (still a tree: parents come before children)."""
         if max_nodes >= len(self.tokens):
             return self
-        return DraftTree(self.tokens[:max_nodes], self.parents[:max_nodes], self.source)
+        sources = self.node_sources[:max_nodes] if self.node_sources is not None else None
+        return DraftTree(self.tokens[:max_nodes], self.parents[:max_nodes], self.source, sources)
 
 
 class TreeLayout:

@@ -35,8 +35,9 @@ class Engine(Protocol):
     def crop(self, length: int) -> None:
         """Keep the first `length` rows."""
 
-    def prefill(self, ids: list[int]) -> None:
-        """Append ids to the cache; no logits needed."""
+    def prefill(self, ids: list[int], logits: int = 0) -> torch.Tensor | None:
+        """Append ids to the cache, by the same kernels whether or not logits are asked for;
+        with logits > 0, return those of the last `logits` ids (rows, vocab) float32."""
 
     def forward(self, ids: list[int], layout: TreeLayout | None = None) -> torch.Tensor:
         """Logits (len(ids), vocab) float32, one row per input. With a layout, ids are

@@ -143,15 +143,22 @@ class LlamaCppEngine:
             row[0] = 0
         self._tree_rows = 0
 
-    def prefill(self, ids: list[int]) -> None:
+    def prefill(self, ids: list[int], logits: int = 0) -> torch.Tensor | None:
         todo = self._backlog + ids
         nb = len(self._backlog)
         start = self._cells
+        out: torch.Tensor | None = None
         for i in range(0, len(todo), MAX_BATCH):
             chunk = todo[i : i + MAX_BATCH]
-            self._fill(chunk, start + i, outputs=0)
+            last = i + len(chunk) == len(todo)
+            # Output flags select logits rows only; the cache is computed alike.
+            rows = min(logits, len(ids), len(chunk)) if last else 0
+            self._fill(chunk, start + i, outputs=rows)
             self._decode(len(chunk))
             self._backlog = todo[i + len(chunk) : nb]
+            if rows:
+                out = self._logits(rows)
+        return out
 
     def _logits(self, n: int, order: list[int] | None = None) -> torch.Tensor:
         """The n output rows (copied: llama.cpp reuses its buffer), reordered by `order`."""

@@ -58,9 +58,13 @@ class TorchEngine:
         inp = torch.tensor([ids], dtype=torch.long, device=self.device)
         return self._fwd(inp, self._kv.cache, mask, pos, last_only)
 
-    def prefill(self, ids: list[int]) -> None:
+    def prefill(self, ids: list[int], logits: int = 0) -> torch.Tensor | None:
         with torch.inference_mode():
-            self._run(ids, last_only=True)
+            if logits <= 0:
+                self._run(ids, last_only=True)
+                return None
+            inp = torch.tensor([ids], dtype=torch.long, device=self.device)
+            return self._fwd.last_rows(inp, self._kv.cache, logits).float()
 
     def forward(self, ids: list[int], layout: TreeLayout | None = None) -> torch.Tensor:
         with torch.inference_mode():

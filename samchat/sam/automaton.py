@@ -1112,7 +1112,10 @@ class MatchCursor:
         return self.sam._take(start, n, self.stop)
 
     def draft(self, n: int) -> list[int]:
-        """Up to n tokens that followed the match; shorter matches are tried when too few follow."""
+        """Up to n tokens that followed the match. When too few follow its first occurrence
+        (a document or the text ends), shorter matches are tried, but only a continuation that
+        extends the longer match's own is taken: another one would contradict the better
+        evidence."""
         self._effective()
         if n <= 0 or self.eff_len == 0:
             return []
@@ -1130,7 +1133,7 @@ class MatchCursor:
                 continue
             last_start = start
             toks = self._take(start, want)
-            if len(toks) > len(best):
+            if len(toks) > len(best) and toks[: len(best)] == best:
                 best = toks
         return best
 

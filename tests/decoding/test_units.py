@@ -208,7 +208,7 @@ def test_adaptive_selection_skips_drafts_that_do_not_pay() -> None:
     dyn = FixedDrafter("dyn", 1, [5, 6, 7])
     sel = Selector(config, CostCurve.default(torch.device("cpu")), acc, dyn)
     for _ in range(40):
-        sel.feedback(sel.choose(50)[1], 0)  # the short matches never get accepted
+        sel.feedback(sel.choose(50)[1], [])  # the short matches never get accepted
     tree, d = sel.choose(50)
     assert tree is None and d.drafter == "plain"
     dyn.match = 20
@@ -216,7 +216,7 @@ def test_adaptive_selection_skips_drafts_that_do_not_pay() -> None:
     assert tree is not None and d.drafter == "dyn"  # a long match is still worth a draft
 
 
-def test_dynamic_drafter_drafts_from_earlier_text_and_rebuilds_on_edits() -> None:
+def test_dynamic_drafter_drafts_from_earlier_text_and_keeps_it_across_edits() -> None:
     d = DynamicSamDrafter()
     d.begin([1, 2, 3, 4, 5, 9, 1, 2, 3])
     assert d.match_len() == 3
@@ -224,12 +224,22 @@ def test_dynamic_drafter_drafts_from_earlier_text_and_rebuilds_on_edits() -> Non
     assert tree is not None and tree.tokens == [4, 5, 9, 1]
     d.advance([4, 5])
     assert d.match_len() == 5
-    # The next call's context extends the text: incremental; an edit: rebuilt from scratch.
+    # The next call's context extends the text: incremental.
     d.begin([1, 2, 3, 4, 5, 9, 1, 2, 3, 4, 5, 7])
     assert d.text_tokens == 12 and d.match_len() == 0
+    # An edit: the old text stays in the automaton and still drafts; the cursor restarts.
     d.begin([8, 8, 1, 2])
-    assert d.text_tokens == 4 and d.match_len() == 0
-    assert d.propose(3) is None
+    assert d.text_tokens == 16 and d.match_len() == 2
+    tree = d.propose(3)
+    assert tree is not None and tree.tokens == [3, 4, 5]
+    d.begin([8, 8, 1, 2, 6])  # extends the edited conversation: incremental again
+    assert d.text_tokens == 17
+    # Once the automaton outgrows the conversation it is rebuilt from the context alone.
+    d.begin(list(range(100, 100 + 2 * DynamicSamDrafter.REBUILD_SLACK)))
+    d.begin([7, 7, 7])
+    assert d.text_tokens == 3 and d.match_len() == 2
+    tree = d.propose(3)
+    assert tree is not None and tree.tokens == [7, 7]
 
 
 def test_invalid_settings_are_one_line_errors() -> None:

@@ -38,7 +38,8 @@ def draft(
     stop: int = -1,
     dead: Callable[[int], bool] = lambda e: False,
 ) -> list[int]:
-    """Tokens after the first occurrence of the match; shorter matches when too few follow."""
+    """Tokens after the first occurrence of the match; when too few follow, a shorter match's
+    continuation if it extends the longer one's."""
     ln = alive_match(text, query, dead)
     if n <= 0 or ln == 0:
         return []
@@ -49,17 +50,17 @@ def draft(
             k += 1
         return k
 
-    best_e, best_k = -1, -1
+    best: list[int] | None = None
     for length in range(ln, 0, -1):
         e = ends(text, query[len(query) - length :])[0]
         if dead(e):
             continue
-        k = avail(e)
-        if k > best_k:
-            best_e, best_k = e, k
-        if best_k >= n:
+        cont = list(text[e : e + avail(e)])
+        if best is None or (len(cont) > len(best) and cont[: len(best)] == best):
+            best = cont
+        if len(best) >= n:
             break
-    return list(text[best_e : best_e + best_k])
+    return best or []
 
 
 def draft_tree(

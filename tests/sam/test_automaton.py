@@ -51,6 +51,36 @@ def test_sequence_draft(
     assert feed(sam_mod, sam, query, stop).draft(n) == draft(text, query, n, stop)
 
 
+def test_draft_near_a_document_end_keeps_the_long_match(sam_mod: ModuleType) -> None:
+    """Issue 13's probe: ten matched tokens followed by [20, 21] and the document's end must not
+    give way to what followed a one-token match elsewhere ([30..37])."""
+    sep = 99
+    text = [19, *range(30, 39), sep, *range(10, 20), 20, 21, sep]
+    sam = sam_mod.build(text, freeze=True)
+    cur = feed(sam_mod, sam, list(range(10, 20)), sep)
+    assert cur.match_len == 10
+    assert cur.draft(8) == [20, 21]
+
+
+@SETTINGS
+@given(text=small_text, query=small_query, n=st.integers(1, 8), stop=st.sampled_from([-1, 3]))
+def test_draft_never_contradicts_the_longest_match(
+    sam_mod: ModuleType, text: list[int], query: list[int], n: int, stop: int
+) -> None:
+    """Whatever shorter matches a draft falls back to, it starts with what followed the longest
+    match's first occurrence (brute force), up to the separator."""
+    ln = longest_match(text, query)
+    got = feed(sam_mod, sam_mod.build(text, freeze=True), query, stop).draft(n)
+    if ln == 0:
+        assert got == []
+        return
+    e = ends(text, query[len(query) - ln :])[0]
+    own: list[int] = []
+    while len(own) < n and e + len(own) < len(text) and text[e + len(own)] != stop:
+        own.append(text[e + len(own)])
+    assert got[: len(own)] == own
+
+
 @SETTINGS
 @given(
     text=small_text,

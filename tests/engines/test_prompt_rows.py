@@ -1,0 +1,62 @@
+"""Token Recycling learns from the prompt: a prefill can return the logits of its last rows, on
+both engines, without changing what the cache holds, and a session fills the table from them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from samchat.decoding import ChatSession, DecodingConfig, SamplingParams
+from samchat.decoding.budget import CostCurve
+from samchat.decoding.recycling import PROMPT_ROWS, TokenRecyclingDrafter
+from samchat.engines import open_engine
+from tests.decoding.prompts import LONG_CONTEXT
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(params=["torch", "llamacpp"])
+def lm(request: pytest.FixtureRequest) -> Any:
+    return request.getfixturevalue("default_lm" if request.param == "torch" else "gguf_lm")
+
+
+def _ids(lm: Any) -> list[int]:
+    ids: list[int] = lm.tokenizer(LONG_CONTEXT[0])["input_ids"]
+    return ids[:300]
+
+
+def test_prefill_rows_are_the_forward_logits_and_leave_the_same_cache(lm: Any) -> None:
+    ids = _ids(lm)
+    plain, with_rows = open_engine(lm), open_engine(lm)
+    assert plain.prefill(ids[:-1]) is None
+    rows = with_rows.prefill(ids[:-1], logits=16)
+    assert rows is not None and rows.shape == (16, lm.vocab_size)
+    # The same cache: the next token's logits agree bit for bit.
+    assert torch.equal(plain.forward([ids[-1]]), with_rows.forward([ids[-1]]))
+    # The rows are the model's predictions after each of the last 16 prompt tokens.
+    fresh = open_engine(lm)
+    fresh.prefill(ids[:-17])
+    step = fresh.forward([ids[-17]])
+    assert int(step[-1].argmax()) == int(rows[0].argmax())
+
+
+def test_a_session_fills_recycling_from_the_last_prompt_rows(lm: Any) -> None:
+    session = ChatSession(lm, DecodingConfig(method="sam+tr"), cost_curve=CostCurve.flat())
+    table = TokenRecyclingDrafter(lm.vocab_size)
+    session.aux_drafter = table
+    messages = [{"role": "user", "content": LONG_CONTEXT[0]}]
+    prompt = session.render(messages)
+    assert len(prompt) > 2 * PROMPT_ROWS
+    list(session.generate(messages, SamplingParams(max_new_tokens=1)))
+    learned = prompt[-PROMPT_ROWS - 1 : -1]
+    assert all(table.adj[t, 0] >= 0 for t in learned)
+    rows = session.prompt_rows
+    assert rows is not None and rows[0] == learned
+    early = [t for t in prompt[: -3 * PROMPT_ROWS] if t not in set(learned)]
+    assert early and all(table.adj[t, 0] == -1 for t in early[:20])  # only the last rows
+    # A plain session asks for no logits at prefill.
+    plain = ChatSession(lm, DecodingConfig(method="plain"))
+    list(plain.generate(messages, SamplingParams(max_new_tokens=1)))
+    assert plain.prompt_rows is None
