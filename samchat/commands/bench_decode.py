@@ -50,12 +50,32 @@ def register_bench(sub: Any) -> None:
         help="largest draft in tokens (default 0: fitted to the hardware)",
     )
     parser.add_argument(
+        "--cost-curve",
+        default="measured",
+        metavar="measured|flat|FILE",
+        help="what the selector takes verification to cost: measured on this machine (default); "
+        "flat: up to 64 rows cost one row, as on a GPU, to measure the MAT a GPU would get "
+        '(its timings are no speed claim); FILE: a JSON curve {"relative_cost": {"1": 1.0, ...}}',
+    )
+    parser.add_argument(
         "--selection",
         choices=("adaptive", "threshold"),
         default="adaptive",
         help="adaptive: source and size by expected tokens per unit of cost (default); "
         "threshold: SAM-Decoding's rule, the SAM draft on a long match, else the biggest "
         "Token Recycling tree that fits --max-draft",
+    )
+    parser.add_argument(
+        "--corpus",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="import DIR into the benchmark's private store and static index first",
+    )
+    parser.add_argument(
+        "--rag",
+        action="store_true",
+        help="answer with retrieval on: the best passages of --corpus go before each question",
     )
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     parser.add_argument("--png", type=Path, default=None, help="chart of speedup by category")
@@ -93,6 +113,11 @@ def run(args: argparse.Namespace) -> int:
     evaluated = pick(questions, args.per_category, skip=args.warm_chats)
     if args.max_draft < 0:
         raise SamchatError(f"--max-draft must be >= 0, got {args.max_draft}")
+    curve = cost_curve_option(args.cost_curve)
+    if args.rag and args.corpus is None:
+        raise SamchatError("--rag retrieves from --corpus DIR: pass the documents' directory")
+    if args.corpus is not None and not args.corpus.is_dir():
+        raise SamchatError(f"--corpus {args.corpus} is not a directory")
     labels = list(dict.fromkeys(split_key(m)[0] for m in methods))
     specs = {label: setup_spec(base, label) for label in labels}
     for spec in specs.values():  # every configuration can run (engine, file, llama_cpp) first
@@ -105,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
         progress=say,
         max_draft=args.max_draft,
         adaptive=args.selection == "adaptive",
+        cost_curve=curve,
     )
     first = models[labels[0]]
     output: dict[str, Any] = {"meta": _meta(args, path, models, methods, default)}
@@ -112,6 +138,10 @@ def run(args: argparse.Namespace) -> int:
         output["meta"]["llamacpp_pld"] = llama_pld_settings()
     tables: dict[str, Any] = {}
     try:
+        if args.corpus is not None:
+            summary = bench.load_corpus(args.corpus)
+            say(f"corpus: {len(summary.documents)} documents from {args.corpus}")
+            bench.rag = args.rag
         bench.prepare()
         cold_results = bench.run(evaluated)
         cold = cold_results.table()
@@ -185,5 +215,19 @@ def _meta(
         "warm_chats": args.warm_chats,
         "max_draft": args.max_draft,
         "selection": args.selection,
+        "cost_curve": args.cost_curve,
+        "corpus": str(args.corpus) if args.corpus is not None else None,
+        "rag": args.rag,
         "command": "samchat " + " ".join(sys.argv[1:]),
     }
+
+
+def cost_curve_option(value: str) -> Any:
+    """--cost-curve: None (measured), the flat curve, or a fixed curve read from a file."""
+    from samchat.decoding.budget import CostCurve
+
+    if value == "measured":
+        return None
+    if value == "flat":
+        return CostCurve.flat()
+    return CostCurve.from_file(Path(value))

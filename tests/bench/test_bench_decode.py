@@ -175,6 +175,9 @@ def test_bad_command_line_values_are_one_line_errors(
         return err
 
     assert "--max-draft must be >= 0" in one_line_error("--max-draft", "-1")
+    assert "cannot read the cost curve" in one_line_error("--cost-curve", str(tmp_path / "none"))
+    (tmp_path / "bad.json").write_text('{"relative_cost": {"2": 1.0}}')
+    assert "starts at 1 input" in one_line_error("--cost-curve", str(tmp_path / "bad.json"))
     assert "subset of --methods" in one_line_error("--methods", "sam", "--warm-methods", "tr")
     assert "unknown engine 'vllm'" in one_line_error("--methods", "vllm:plain")
     assert "unknown method" in one_line_error("--methods", "llamacpp:medusa")
@@ -206,12 +209,20 @@ def test_bench_decode_writes_table_json_and_chart(tmp_path: Path, default_lm: ob
     for method in ("torch:plain", "torch:pld", "torch:sam+tr"):
         assert set(data[method]) == {"writing", "qa", "overall"}
         overall = data[method]["overall"]
-        assert set(overall) == KEYS
+        # Methods that run through a session also say how each kind of step did.
+        by_drafter = {"accepted_by", "mat_by", "steps_by"} if method != "torch:pld" else set()
+        assert set(overall) == KEYS | by_drafter
         assert overall["questions"] == 2
         assert overall["tokens_per_s"] > 0
         assert overall["mat"] >= 1.0
         # greedy decoding is lossless: every method reproduces plain decoding exactly
         assert overall["identical"] == 2
+    assert data["torch:plain"]["overall"]["mat_by"] == {"plain": 1.0}
+    by = data["torch:sam+tr"]["overall"]
+    assert abs(sum(by["accepted_by"].values()) - 1.0) < 0.01
+    steps = sum(by["steps_by"].values())
+    committed = sum(by["mat_by"][k] * n for k, n in by["steps_by"].items())
+    assert abs(committed / steps - by["mat"]) < 0.01  # the parts add up to the whole
     assert data["torch:plain"]["overall"]["speedup_vs_plain"] == 1.0
     assert data["torch:plain"]["overall"]["speedup_vs_best_plain"] == 1.0
     assert data["meta"]["configurations"]["torch"]["dtype"] == "float32"
@@ -226,6 +237,7 @@ def test_bench_decode_warm_up_table_reuses_plain_runs(tmp_path: Path, default_lm
             "bench", "decode", "--questions", str(questions), "--methods", "sam+tr",
             "--per-category", "1", "--max-new-tokens", "12", "--warm-chats", "1",
             "--warm-methods", "sam+tr", "--json", str(out), "--png", str(tmp_path / "c.png"),
+            "--cost-curve", "flat",
         ]
     )  # fmt: skip
     assert code == 0
@@ -239,6 +251,9 @@ def test_bench_decode_warm_up_table_reuses_plain_runs(tmp_path: Path, default_lm
     assert set(warm) == {plain, sam_tr}
     assert warm[plain] == data[plain]  # plain reads no index: its runs are reused
     assert warm[sam_tr]["overall"]["identical"] == 1
+    assert data["meta"]["cost_curve"] == "flat"
+    # Verification priced as free: SAM and Token Recycling go into one tree where both have one.
+    assert set(data[sam_tr]["overall"]["steps_by"]) - {"plain"}
     assert (tmp_path / "c-warm.png").read_bytes()[:4] == b"\x89PNG"
 
 
