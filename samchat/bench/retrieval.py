@@ -16,7 +16,7 @@ from pathlib import Path
 from samchat.corpus.retrieval import retrieve
 from samchat.store import Store
 
-_COMMON = ("data", "system", "model", "user", "file", "network", "value", "time")
+COMMON_WORDS = ("data", "system", "model", "user", "file", "network", "value", "time")
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
@@ -32,7 +32,7 @@ def fill(store: Store, n_docs: int, seed: int = 0) -> None:
         for i in range(n_docs):
             paragraphs = [
                 " ".join(
-                    rng.choice(words) if rng.random() < 0.7 else rng.choice(_COMMON)
+                    rng.choice(words) if rng.random() < 0.7 else rng.choice(COMMON_WORDS)
                     for _ in range(rng.randint(30, 120))
                 )
                 + "."

@@ -13,6 +13,7 @@ import logging
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
     from samchat.decoding.params import SamplingParams
 
 log = logging.getLogger(__name__)
+
+# Streamed text goes to the event loop at most this often (the first piece at once): each post
+# wakes the loop, whose work competes with the engine's threads for the CPU.
+STREAM_FLUSH_S = 0.025
 
 Generate = Callable[[list[Message], "SamplingParams", threading.Event], Iterator["Event"]]
 
@@ -130,13 +135,23 @@ class EngineWorker:
         from samchat.decoding.events import ReplyDone, TextDelta
 
         recorder = ReplyRecorder()
+        pending: list[TextDelta] = []
+        posted = -STREAM_FLUSH_S  # the first piece goes out at once
         try:
             for event in self._generate(job.messages, job.params, job.cancel):
                 if isinstance(event, TextDelta):
                     recorder.observe(event)
                     if job.stream:
-                        job.post(event)
+                        pending.append(event)
+                        now = time.perf_counter()
+                        if now - posted >= STREAM_FLUSH_S or posted < 0:
+                            job.post(_joined(pending))
+                            pending = []
+                            posted = now
                 elif isinstance(event, ReplyDone):
+                    if pending:
+                        job.post(_joined(pending))
+                        pending = []
                     chat_id = self._save(job, event, recorder)
                     job.post(Finished(event, chat_id))
                     _report(event)
@@ -155,6 +170,20 @@ class EngineWorker:
         except Exception as exc:  # the reply still goes out; the history misses it
             print(f"[could not save the chat: {exc}]", file=sys.stderr, flush=True)
             return None
+
+
+def _joined(deltas: list[TextDelta]) -> TextDelta:
+    """Consecutive deltas as one."""
+    if len(deltas) == 1:
+        return deltas[0]
+    from samchat.decoding.events import TextDelta
+
+    return TextDelta(
+        text="".join(d.text for d in deltas),
+        token_ids=[t for d in deltas for t in d.token_ids],
+        sources=[s for d in deltas for s in d.sources],
+        pieces=tuple(p for d in deltas for p in d.pieces),
+    )
 
 
 def _report(done: ReplyDone) -> None:

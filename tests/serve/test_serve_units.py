@@ -88,3 +88,46 @@ def test_save_continues_a_conversation_it_saved_and_starts_others(tmp_path: Path
         assert store.chat(first).system_prompt == "Be brief."
         rows = [(r.role, r.content) for r in store.thread(first)]
     assert rows == [("user", "Hi"), ("assistant", "Hello!"), ("user", "Bye"), ("assistant", "Bye!")]
+
+
+@pytest.mark.parametrize(("flush_s", "pieces"), [(0.0, 40), (3600.0, 2)])
+def test_streamed_text_is_batched_but_never_lost_or_reordered(
+    monkeypatch: pytest.MonkeyPatch, flush_s: float, pieces: int
+) -> None:
+    """The engine thread posts the first piece at once, then what came since at most every
+    STREAM_FLUSH_S (the rest at the reply's end): every token arrives, in order."""
+    import asyncio
+    import threading
+    from collections.abc import Iterator
+
+    from samchat.decoding.events import TextDelta
+    from samchat.decoding.params import SamplingParams
+    from samchat.serve import worker as worker_module
+    from samchat.serve.worker import EngineWorker, Finished, Job
+
+    monkeypatch.setattr(worker_module, "STREAM_FLUSH_S", flush_s)
+
+    def generate(messages: object, params: object, cancel: threading.Event) -> Iterator[object]:
+        for i in range(40):
+            yield TextDelta(f"w{i} ", [i], ["plain"], ((f"w{i} ", "plain"),))
+        yield ReplyDone("", "length", ReplyStats(40, 0.1, 400.0, 40, 1.0))
+
+    async def receive() -> list[TextDelta]:
+        engine = EngineWorker(generate).start()  # type: ignore[arg-type]
+        got: list[TextDelta] = []
+        try:
+            job = Job([{"role": "user", "content": "x"}], SamplingParams(), stream=True)
+            engine.submit(job)
+            while not isinstance(item := await job.events.get(), Finished):
+                assert isinstance(item, TextDelta)
+                got.append(item)
+        finally:
+            engine.stop()
+        return got
+
+    got = asyncio.run(receive())
+    assert "".join(p.text for p in got) == "".join(f"w{i} " for i in range(40))
+    assert [t for p in got for t in p.token_ids] == list(range(40))
+    assert [p for d in got for p in d.pieces] == [(f"w{i} ", "plain") for i in range(40)]
+    assert got[0].token_ids == [0]  # the first token is never held back
+    assert len(got) == pieces

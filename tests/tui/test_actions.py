@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from textual.widgets import Input, OptionList, Static
@@ -282,15 +281,14 @@ async def test_long_chat_mounts_only_recent_messages(
         chat = seed_chat(store, "Long", turns)
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:
-        start = time.perf_counter()
         await app.open_chat(chat)
         await pilot.pause()
-        opened = time.perf_counter() - start
         views = app.chat_view.views()
         assert len(app.chat_view.rows) == 1200
+        # Only a page of views is mounted (what keeps opening a long chat quick; the time itself
+        # is not asserted: machines differ).
         assert len(views) == app.chat_view.page
         assert views[-1].content == "answer 599 with **bold** text"
-        assert opened < 5.0, f"opening a 1,200-message chat took {opened:.2f} s"
         await pilot.press("ctrl+u")
         await pilot.pause()
         assert len(app.chat_view.views()) == 2 * app.chat_view.page
