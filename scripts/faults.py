@@ -183,6 +183,7 @@ class Child:
         self.proc: subprocess.Popen[bytes] = subprocess.Popen(
             argv,
             env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+            stdin=subprocess.DEVNULL,  # `samchat ask` would add piped stdin to its question
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             **kw,

@@ -20,6 +20,11 @@ if "SAMCHAT_MODEL_CACHE" not in os.environ:
     from platformdirs import user_cache_dir
 
     os.environ["SAMCHAT_MODEL_CACHE"] = str(Path(user_cache_dir("samchat")) / "models")
+# `samchat ask` adds piped stdin to the question: the processes tests start must not inherit
+# whatever stdin the test run has (a CI runner's open pipe would make them wait forever).
+_null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_null, 0)
+os.close(_null)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
