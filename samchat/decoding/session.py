@@ -176,8 +176,9 @@ class ChatSession:
                 last = i + PREFILL_CHUNK >= len(rest)
                 rows = min(logit_rows, len(chunk)) if last else 0
                 logits = self._engine.prefill(chunk, rows)
-                if logits is not None:
-                    self.prompt_rows = (chunk[len(chunk) - rows :], logits)
+                if logits is not None:  # an engine may give fewer rows than asked
+                    got = int(logits.shape[0])
+                    self.prompt_rows = (chunk[len(chunk) - got :], logits)
                 self._cached.extend(chunk)
         except BaseException:
             self._restore()
@@ -335,8 +336,9 @@ class ChatSession:
     def _prompt_logit_rows(self) -> int:
         """How many new prompt rows Token Recycling learns from (their logits cost an output
         projection each, so only the last ones, where the reply most likely copies from)."""
-        if not self.config.uses_tr or self.config.method == "plain" or self.plain_reason:
-            return 0
+        cfg = self.config
+        if not cfg.uses_tr or cfg.method == "plain" or self.plain_reason or self.tree_reason:
+            return 0  # no Token Recycling, or it cannot draft (its drafts are trees)
         from samchat.decoding.recycling import PROMPT_ROWS
 
         return PROMPT_ROWS
