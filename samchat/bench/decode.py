@@ -66,8 +66,9 @@ class Run:
 
 
 def _by_drafter(runs: list[Run]) -> dict[str, dict[str, float]]:
-    """accepted_by: each source's share of the reply tokens; mat_by: tokens committed per step
-    of each step kind (a drafter, a merged tree, or plain). Empty for methods without steps."""
+    """accepted_by: each source's share of the reply tokens; mat_by: tokens per step of each
+    step kind (a drafter, a merged tree, or plain), counting every token a step verified, even
+    past a length or stop limit where the overall MAT stops. Empty for methods without steps."""
     tokens: dict[str, int] = {}
     steps: dict[str, int] = {}
     committed: dict[str, int] = {}

@@ -222,7 +222,9 @@ def test_bench_decode_writes_table_json_and_chart(tmp_path: Path, default_lm: ob
     assert abs(sum(by["accepted_by"].values()) - 1.0) < 0.01
     steps = sum(by["steps_by"].values())
     committed = sum(by["mat_by"][k] * n for k, n in by["steps_by"].items())
-    assert abs(committed / steps - by["mat"]) < 0.01  # the parts add up to the whole
+    # Per kind, a step counts every token it verified, even past the length limit, where the
+    # overall MAT stops: the parts hold at least the whole.
+    assert committed / steps >= by["mat"] - 0.001
     assert data["torch:plain"]["overall"]["speedup_vs_plain"] == 1.0
     assert data["torch:plain"]["overall"]["speedup_vs_best_plain"] == 1.0
     assert data["meta"]["configurations"]["torch"]["dtype"] == "float32"
@@ -285,7 +287,8 @@ def test_bench_decode_compares_engines(tmp_path: Path, capsys: pytest.CaptureFix
     for method in methods:
         assert set(data[method]) == {"qa", "overall"}
         row = data[method]["overall"]
-        assert set(row) == KEYS
+        pld = method.endswith(":pld")  # not run through a session: no per-drafter figures
+        assert set(row) == KEYS | (set() if pld else {"accepted_by", "mat_by", "steps_by"})
         assert row["questions"] == 2 and row["tokens_per_s"] > 0 and row["mat"] >= 1.0
         assert 0 <= row["identical"] <= 2
         cells = f"{row['identical']}/{row['questions']} |"
