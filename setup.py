@@ -2,6 +2,8 @@
 
 Everything else is plain Python. The extension is optional: when it cannot be built (no C
 compiler, SAMCHAT_NO_MYPYC=1), the same source runs interpreted and `samchat doctor` says so.
+SAMCHAT_REQUIRE_MYPYC=1 makes a failed build an error instead (the binary wheels,
+packaging/cibuildwheel.toml: a platform wheel must carry its compiled core).
 
 Next to the extension the build writes samchat/sam/_core_build.sha256 (`sha256sum -c` format):
 the hashes of the automaton.py it compiled and of the extension files. samchat.sam checks them
@@ -81,8 +83,9 @@ if os.environ.get("SAMCHAT_NO_MYPYC", "") in ("", "0"):
     from mypyc.build import mypycify
 
     ext_modules = mypycify(["samchat/sam/automaton.py"], opt_level="3")
+    required = os.environ.get("SAMCHAT_REQUIRE_MYPYC", "") not in ("", "0")
     for ext in ext_modules:
-        ext.optional = True  # a failed C build leaves the pure-Python fallback
+        ext.optional = not required  # a failed C build leaves the pure-Python fallback
 
 setup(
     ext_modules=ext_modules,
