@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import pkgutil
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from samchat import __version__
 from samchat import commands as commands_pkg
 from samchat.cli_options import add_data_dir_option, add_model_options, apply_data_dir
 from samchat.errors import SamchatError
+
+EXIT_OK = 0
+EXIT_ERROR = 1  # a SamchatError (bad input, missing model, corrupt file) or a bug
+EXIT_USAGE = 2  # argparse's exit status for a bad command line; an unknown command too
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 
 
 def command_names() -> set[str]:
@@ -57,24 +64,87 @@ def build_parser(with_commands: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(with_commands=not wants_app(argv))
-    args = parser.parse_args(argv)
+class _Probe(argparse.ArgumentParser):
+    """Parses the global options quietly: the real parser reports what is wrong."""
+
+    def error(self, message: str) -> NoReturn:
+        raise argparse.ArgumentError(None, message)
+
+
+def unknown_command(argv: Sequence[str]) -> str | None:
+    """The first word that is neither an option (or its value) nor a sub-command, if any."""
+    probe = _Probe(add_help=False, exit_on_error=False)
+    add_model_options(probe)
+    add_data_dir_option(probe)
     try:
+        _, rest = probe.parse_known_args(list(argv))
+    except argparse.ArgumentError:
+        return None  # a bad option value: the real parser says so
+    first = next((arg for arg in rest if not arg.startswith("-")), None)
+    if first is None or first in command_names():
+        return None
+    return first
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is when a message comes (tests swap it). Warnings go
+    through it too: with a handler here, logging's last-resort one no longer says them."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
+class _LevelFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        text = record.getMessage()
+        return text if record.levelno <= logging.INFO else f"{record.levelname.lower()}: {text}"
+
+
+def _report_progress_lines() -> None:
+    """Libraries log the rare slow first-time steps (measuring the verification cost curve) at
+    INFO; a command shows them on stderr. (The app does not: the terminal is its screen.)"""
+    logger = logging.getLogger("samchat.decoding.budget")
+    if any(h.get_name() == "samchat-cli" for h in logger.handlers):
+        return  # main() ran before in this process (tests)
+    handler = _StderrHandler()
+    handler.set_name("samchat-cli")
+    handler.setFormatter(_LevelFormatter())
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Exit codes: 0 done, 1 an error (one `error:` line), 2 a usage error (argparse, or an
+    unknown command), 130 interrupted (Ctrl-C)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        unknown = unknown_command(argv)
+        if unknown is not None:
+            valid = ", ".join(sorted(command_names()))
+            print(f"error: unknown command {unknown!r}; valid commands: {valid}", file=sys.stderr)
+            return EXIT_USAGE
+        parser = build_parser(with_commands=not wants_app(argv))
+        args = parser.parse_args(argv)
         apply_data_dir(args)
         if args.command is None:
             from samchat.tui.launch import run_tui
 
             return run_tui(args)
+        _report_progress_lines()
         result: int = args.func(args)
         return result
     except SamchatError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:  # a bug: still one line for the user, the traceback on request
         if os.environ.get("SAMCHAT_DEBUG"):
             raise
@@ -83,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "(a bug; rerun with SAMCHAT_DEBUG=1 for details and report it)",
             file=sys.stderr,
         )
-        return 1
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

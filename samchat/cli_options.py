@@ -16,7 +16,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--model",
         default=argparse.SUPPRESS,
-        help="model directory, .gguf file or hub id (default: bundled SmolLM2-135M-Instruct)",
+        help="model directory, GGUF file, hub id or ollama:NAME[:TAG] (default: bundled "
+        "SmolLM2-135M-Instruct); `samchat models` lists the local ones",
     )
     group.add_argument(
         "--engine",

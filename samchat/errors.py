@@ -1,4 +1,7 @@
-"""User-facing errors: each carries one line that names the problem and what to do."""
+"""User-facing errors: each carries one line that names the problem and what to do.
+
+The command line prints one as `error: <message>` on stderr and exits with status 1 (2 is kept
+for usage errors, 130 for Ctrl-C: see samchat/cli.py and docs/configuration.md)."""
 
 
 class SamchatError(Exception):

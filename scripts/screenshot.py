@@ -34,9 +34,9 @@ async def _render(out: Path, size: tuple[int, int]) -> None:
     app = SamchatApp(lm=lm, config=cfg, cost_curve=CostCurve.default(lm.device))
     async with app.run_test(size=size) as pilot:
         for n, prompt in enumerate(PROMPTS, start=1):
-            app.prompt.insert(prompt)
+            app.chat.prompt.insert(prompt)
             await pilot.press("enter")
-            while app.replies_finished < n:
+            while app.chat.replies_finished < n:
                 await pilot.pause(0.2)
         await pilot.press("f9", "f6")
         await pilot.pause(0.5)

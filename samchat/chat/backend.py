@@ -170,11 +170,13 @@ class Generator:
         decoding: dict[str, Any],
         indexer: Any = None,
         cost_curve: Any = None,
+        cache_dir: Path | None = None,
     ) -> None:
         self.lm = lm
         self.decoding = dict(decoding)
         self.indexer = indexer
         self.cost_curve = cost_curve  # None: the session measures (and caches) it
+        self.cache_dir = cache_dir  # measured costs and Token Recycling's table live here
         self._session: Any = None
         self._session_has_index = False
 
@@ -189,7 +191,9 @@ class Generator:
 
             config = DecodingConfig(**self.decoding)
             config.validate()
-            self._session = ChatSession(self.lm, config, index, cost_curve=self.cost_curve)
+            self._session = ChatSession(
+                self.lm, config, index, cost_curve=self.cost_curve, cache_dir=self.cache_dir
+            )
             self._session_has_index = index is not None
         elif index is not None and not self._session_has_index:
             # The indexer opened after the session was made: draft from it from now on.
@@ -227,6 +231,17 @@ class Generator:
 
         params = from_mapping(SamplingParams, sampling)  # checked; seed None = random
         yield from self.session().generate(messages, params, cancel)
+
+
+class FixedIndex:
+    """What Generator drafts from when the caller holds the static index itself (`samchat
+    ask`: one process, one reply, no background thread)."""
+
+    def __init__(self, index: Any) -> None:
+        self.index = index
+
+    def drafting_view(self) -> Any:
+        return self.index
 
 
 def start_indexer(

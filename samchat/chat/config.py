@@ -6,6 +6,7 @@ Kept free of textual and torch so the CLI and tests can read it cheaply.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tomllib
 from dataclasses import dataclass, field
@@ -159,13 +160,64 @@ def dumps_toml(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _merge_table(table: Any, values: dict[str, Any], known: set[str]) -> None:
+    """Set `values` in a tomlkit table in place: its comments, layout and unknown keys stay;
+    a known key missing from `values` (a None knob, a removed key binding) is dropped."""
+    for key in [k for k in table if k in known and k not in values]:
+        del table[key]
+    for key, value in values.items():
+        value = _plain(value)
+        if key not in table or table[key] != value:
+            table[key] = value
+
+
+def _save_document(path: Path, data: dict[str, Any]) -> Any:
+    """The file's tomlkit document (comments, order, unknown keys kept) updated to `data`."""
+    import tomlkit
+
+    try:
+        document = tomlkit.parse(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        document = tomlkit.document()
+    except (OSError, UnicodeDecodeError, tomlkit.exceptions.ParseError):
+        # Unreadable as TOML: keep the user's text next to it rather than overwrite it.
+        with contextlib.suppress(OSError):
+            path.replace(path.with_name(path.name + ".invalid"))
+        document = tomlkit.document()
+    defaults = Config().to_toml_dict()
+    for key, value in data.items():
+        if not isinstance(value, dict):
+            if key not in document or document[key] != _plain(value):
+                document[key] = _plain(value)
+            continue
+        table = document.get(key)
+        if not isinstance(table, dict):
+            if not value:
+                continue  # no empty [keymap] table in a fresh file
+            table = tomlkit.table()
+            document[key] = table
+        known = set(table) if key == "keymap" else set(defaults.get(key, {})) | set(value)
+        if key == SamplingParams.SECTION:
+            known |= {"seed"}
+        _merge_table(table, value, known)
+    return document
+
+
 def save_config(cfg: Config, path: Path | None = None) -> Path:
-    """Write atomically so a crash mid-write never leaves a half file."""
+    """Write atomically so a crash mid-write never leaves a half file. The user's comments,
+    layout and keys samchat does not know are kept (tomlkit edits the file in place)."""
+    import tomlkit
+
     path = path or config_path()
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_suffix(".toml.tmp")
     try:
-        tmp.write_text(dumps_toml(cfg.to_toml_dict()), encoding="utf-8")
+        document = _save_document(path, cfg.to_toml_dict())
+        tmp.write_text(tomlkit.dumps(document), encoding="utf-8")
         tmp.replace(path)
     except OSError as exc:
         raise ConfigError(f"cannot write config file {path}: {exc}") from exc

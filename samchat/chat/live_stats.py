@@ -20,7 +20,8 @@ class LiveStats:
     by_source: dict[str, int] = field(default_factory=dict)
     speeds: list[float] = field(default_factory=list)  # tokens/s of each committed chunk
     forward_s: float = 0.0
-    cheapest_forward_s: float = 0.0  # stands in for one plain decoding step
+    plain_forward_s: float = 0.0  # forward time of this reply's plain (one-row) steps
+    plain_steps: int = 0
     last_t: float = 0.0
     final: dict[str, Any] | None = None  # the engine's ReplyStats as a dict, once done
 
@@ -33,11 +34,12 @@ class LiveStats:
             self.speeds.append(n_tokens / (t - prev))
         self.last_t = t
 
-    def on_step(self, forward_s: float) -> None:
+    def on_step(self, forward_s: float, plain: bool = False) -> None:
         self.steps += 1
         self.forward_s += forward_s
-        if forward_s > 0 and (self.cheapest_forward_s == 0 or forward_s < self.cheapest_forward_s):
-            self.cheapest_forward_s = forward_s
+        if plain and forward_s > 0:
+            self.plain_forward_s += forward_s
+            self.plain_steps += 1
 
     def on_done(self, stats: dict[str, Any]) -> None:
         self.final = stats
@@ -58,12 +60,14 @@ class LiveStats:
 
     @property
     def speedup(self) -> float:
-        """Live estimate: tokens x (cost of one plain step) / time spent verifying."""
+        """Live estimate: tokens x (one plain step) / time spent verifying, the plain step timed
+        in this reply, under the same load (0 = none yet). The cheapest step of any size, or
+        another reply's timing, made it read 15.6x or 0.08x while the machine was busy."""
         if self.final is not None:
             return float(self.final.get("speedup_est", 0.0))
-        if not self.forward_s or not self.cheapest_forward_s:
+        if not self.forward_s or not self.plain_steps:
             return 0.0
-        return self.tokens * self.cheapest_forward_s / self.forward_s
+        return self.tokens * (self.plain_forward_s / self.plain_steps) / self.forward_s
 
     def shares(self) -> dict[str, float]:
         """Share of all reply tokens that each drafter proposed and the model accepted."""

@@ -58,3 +58,11 @@ def save_reply(
     return store.add_message(
         chat_id, "assistant", text, parent_id, model=model, stats=stats, finish_reason=finish_reason
     )
+
+
+def provenance_summary(stats: dict[str, Any]) -> dict[str, int]:
+    """Characters of the reply per drafter ("plain": not drafted), from the stored record."""
+    out: dict[str, int] = {}
+    for chars, drafter in stats.get("provenance") or ():
+        out[drafter] = out.get(drafter, 0) + int(chars)
+    return out

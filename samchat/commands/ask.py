@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import stat
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from samchat.cli_options import add_data_dir_option, add_model_options, spec_from_args
 from samchat.decoding.params import DecodingConfig, Knob, KnobError, SamplingParams, knob_of
 from samchat.errors import SamchatError
+
+if TYPE_CHECKING:
+    from samchat.models.loader import ModelSpec
 
 # The decoding and sampling options, in this order: (dataclass, knob name). Their help, defaults,
 # choices and allowed ranges are the knobs' (samchat/decoding/params.py).
@@ -44,19 +48,24 @@ def _knob_type(knob: Knob) -> Callable[[str], Any]:
 
 
 def _add_knob_option(parser: argparse.ArgumentParser, knob: Knob) -> None:
+    """Default None: an option not given leaves config.toml's value (see _settings)."""
     flag = "--" + knob.name.replace("_", "-")
     text = knob.help.replace("%", "%%")
     if knob.default not in (None, ()):
-        text += f" (default: {knob.text(knob.default)})"
+        text += f" (default: config.toml's, else {knob.text(knob.default)})"
     if knob.type is tuple:  # one string per use of the option
         element = replace(knob, type=str)
         parser.add_argument(
-            flag, action="append", type=_knob_type(element), default=[], help=f"{text} (repeatable)"
+            flag,
+            action="append",
+            type=_knob_type(element),
+            default=None,
+            help=f"{text} (repeatable)",
         )
     elif knob.choices:
-        parser.add_argument(flag, choices=knob.choices, default=knob.default, help=text)
+        parser.add_argument(flag, choices=knob.choices, default=None, help=text)
     else:
-        parser.add_argument(flag, type=_knob_type(knob), default=knob.default, help=text)
+        parser.add_argument(flag, type=_knob_type(knob), default=None, help=text)
 
 
 def register(sub: Any) -> None:
@@ -81,15 +90,29 @@ def register(sub: Any) -> None:
         help="answer from the imported documents: the best passages go before the question",
     )
     parser.add_argument(
-        "--json", action="store_true", help="print one JSON object: text, stats, sources"
+        "--json",
+        action="store_true",
+        help="print one JSON object: chat_id, question_id, reply_id (null when not saved), "
+        "text, finish_reason, stats, provenance (characters per drafter), sources",
     )
     parser.add_argument("--system", default=None, help="system prompt")
     for cls, name in KNOB_OPTIONS:
         _add_knob_option(parser, knob_of(cls, name))
     parser.add_argument("--stats", action="store_true", help="print decoding statistics")
     parser.add_argument("--no-save", action="store_true", help="do not save this chat")
-    parser.add_argument("--chat", type=int, default=None, help="continue the chat with this id")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--chat", type=int, default=None, help="continue the chat with this id")
+    which.add_argument(
+        "-c",
+        "--continue",
+        dest="continue_chat",
+        action="store_true",
+        help="continue the most recent chat (its history is the question's context)",
+    )
     add_model_options(parser)
+    # -m: short for --model (unless the shared model options come to declare it themselves).
+    with contextlib.suppress(argparse.ArgumentError):
+        parser.add_argument("-m", dest="model", default=argparse.SUPPRESS, help="same as --model")
     add_data_dir_option(parser)
     parser.set_defaults(func=run)
 
@@ -136,107 +159,135 @@ def _note(text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from samchat.chat.record import ReplyRecorder
-    from samchat.corpus.retrieval import fit_to_session
-    from samchat.decoding import ChatSession, DecodingConfig, ReplyDone, SamplingParams, TextDelta
+    from samchat import paths
+    from samchat.chat.backend import ChatData, FixedIndex, Generator
+    from samchat.chat.service import ChatService
     from samchat.models import load_model
     from samchat.store import Store
-    from samchat.store.turns import begin_turn, finish_turn, title_from
+    from samchat.store.turns import title_from
 
     question = _read_prompt(args.prompt)
+    settings = _settings(args)  # a bad config.toml fails here, before anything else
     with Store.open() as store:
-        # The chat so far (a missing --chat fails here), then the sources: all before the model.
-        draft = begin_turn(store, "", chat_id=args.chat, system=args.system, save=False)
+        service = ChatService(ChatData(store), save=not args.no_save)
+        # The chat so far (a missing --chat, or -c with no chat yet, fails here), then the
+        # sources: all before the model loads.
+        chat_id = args.chat
+        if args.continue_chat and (chat_id := service.most_recent_chat()) is None:
+            raise SamchatError("there is no chat to continue yet; ask without -c to start one")
+        parent_id = service.latest_leaf(chat_id) if chat_id is not None else None
+        history = service.history(chat_id, parent_id, args.system)
         sources = _sources(args, question, store)
-        spec = spec_from_args(args, engine=_configured_engine(args))
-        lm = load_model(spec, progress=_note)
+        lm = load_model(settings.spec, progress=_note)
         index = _open_index(store, lm)
         try:
-            session = ChatSession(
-                lm, DecodingConfig(method=args.method), static_index=index.index if index else None
-            )
+            view = FixedIndex(index.index) if index is not None else None
+            generator = Generator(lm, settings.decoding, view, cache_dir=paths.cache_dir())
             # As many sources as the context holds beside the chat so far.
-            fitted = fit_to_session(
-                session, draft.messages[:-1], question, sources, args.max_new_tokens
-            )
-        except BaseException:
-            if index is not None:
-                index.close()
-            raise
-        for notice in fitted.notices:
-            _note(notice)
-        # The question is committed before decoding, the reply after it (samchat.store.turns).
-        with store.transaction():
-            turn = begin_turn(
-                store,
-                fitted.content,
-                chat_id=args.chat,
+            fitted = generator.fit_sources(history, question, sources, settings.sampling)
+            for notice in fitted.notices:
+                _note(notice)
+            # The question is committed before decoding, the reply after it.
+            reply = service.send(
+                question,
+                content=fitted.content,
+                chat_id=chat_id,
+                parent_id=parent_id,
                 model=lm.name,
                 system=args.system,
-                save=not args.no_save,
+                sources=[s.record() for s in fitted.sources],
+                title=title_from(question),
             )
-            if fitted.sources and args.chat is None and turn.chat_id is not None:
-                store.rename_chat(turn.chat_id, title_from(question))
-        params = SamplingParams(
-            max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            top_k=args.top_k,
-            seed=args.seed,
-            stop=tuple(args.stop),
-        )
-        cancel = threading.Event()
-        done: Any = None
-        recorder = ReplyRecorder(sources=[s.record() for s in fitted.sources])
-        try:
-            for event in session.generate(turn.messages, params, cancel):
-                recorder.observe(event)
-                if isinstance(event, TextDelta) and not args.json:
-                    sys.stdout.write(event.text)
-                    sys.stdout.flush()
-                elif isinstance(event, ReplyDone):
-                    done = event
-        except KeyboardInterrupt:
-            cancel.set()
-            print("\n[cancelled]", file=sys.stderr)
-            return 130
-        finally:
-            if index is not None and done is None:
-                index.close()
-        stats = recorder.stats(done) if done is not None else {}
-        if args.json:
-            sources_out = [s.record() for s in fitted.sources]
-            text = done.text if done is not None else ""
-            print(json.dumps({"text": text, "stats": stats, "sources": sources_out}))
-        else:
-            sys.stdout.write("\n")
-            if fitted.sources:
-                _note(
-                    "sources: "
-                    + "; ".join(f"[{i}] {s.label}" for i, s in enumerate(fitted.sources, 1))
-                )
-        if done is not None:
-            finish_turn(
-                store,
-                turn,
-                done.text,
-                model=lm.name,
-                stats=stats,
-                finish_reason=done.finish_reason,
-            )
+            record = _stream(args, generator, reply, settings.sampling)
+            if record is None:
+                return 130
+            reply_id = service.finish(reply, record)
             if index is not None:
                 index.sync()  # the finished turn grows the static index
+        finally:
+            if index is not None:
                 index.close()
-            if turn.chat_id is not None:
-                print(f"[saved as chat {turn.chat_id}]", file=sys.stderr)
-    if args.stats and done is not None:
-        _print_stats(done)
+        if args.json:
+            print(json.dumps(_answer(reply, reply_id, record)))
+        elif fitted.sources:
+            _note(
+                "sources: " + "; ".join(f"[{i}] {s.label}" for i, s in enumerate(fitted.sources, 1))
+            )
+        if reply_id is not None:
+            print(f"[saved as chat {reply.chat_id}]", file=sys.stderr)
+    if args.stats:
+        _print_stats(record)
     return 0
+
+
+def _stream(args: argparse.Namespace, generator: Any, reply: Any, sampling: dict[str, Any]) -> Any:
+    """The reply streamed to stdout (unless --json); its ReplyRecord, None if interrupted."""
+    from samchat.chat.service import ReplyRecord, stream_reply
+    from samchat.decoding import TextDelta
+
+    cancel = threading.Event()
+    try:
+        for event in stream_reply(generator, reply, sampling, cancel):
+            if isinstance(event, ReplyRecord):
+                if not args.json:
+                    sys.stdout.write("\n")
+                return event
+            if isinstance(event, TextDelta) and not args.json:
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+    except KeyboardInterrupt:
+        cancel.set()
+        print("\n[cancelled]", file=sys.stderr)
+    return None
+
+
+def _answer(reply: Any, reply_id: int | None, record: Any) -> dict[str, Any]:
+    """--json's object: ids (null when not saved), the reply and its record."""
+    from samchat.chat.record import provenance_summary
+
+    return {
+        "chat_id": reply.chat_id,
+        "question_id": reply.parent_id,
+        "reply_id": reply_id,
+        "text": record.text,
+        "finish_reason": record.finish_reason,
+        "stats": record.stats,
+        "provenance": provenance_summary(record.stats),
+        "sources": reply.sources,
+    }
+
+
+@dataclass(frozen=True)
+class _Settings:
+    spec: ModelSpec
+    decoding: dict[str, Any]
+    sampling: dict[str, Any]
+
+
+def _settings(args: argparse.Namespace) -> _Settings:
+    """config.toml's model, engine, device, [decoding] and [sampling], each overridden by its
+    option when given. A bad config file is a one-line ConfigError."""
+    from samchat.chat.config import load_config
+
+    cfg = load_config()
+    if getattr(args, "model", None) is None and cfg.model:
+        args.model = cfg.model
+    if getattr(args, "device", None) is None:
+        args.device = cfg.device
+    spec = spec_from_args(args, engine=cfg.engine)
+    decoding, sampling = dict(cfg.decoding), dict(cfg.sampling)
+    for cls, name in KNOB_OPTIONS:
+        value = getattr(args, name, None)
+        if value is None:
+            continue  # not given: config.toml's value (or the knob's default)
+        target = decoding if cls is DecodingConfig else sampling
+        target[name] = tuple(value) if isinstance(value, list) else value
+    return _Settings(spec, decoding, sampling)
 
 
 def _configured_engine(args: argparse.Namespace) -> str:
     """--engine wins; without it, config.toml's engine (auto if unset). A bad config file is a
-    one-line ConfigError."""
+    one-line ConfigError. (`samchat serve` uses it too.)"""
     if getattr(args, "engine", None):
         return str(args.engine)
     from samchat.chat.config import load_config
@@ -258,11 +309,11 @@ def _open_index(store: Any, lm: Any) -> Any:
     return manager
 
 
-def _print_stats(done: Any) -> None:
-    s = done.stats
-    by = ", ".join(f"{k} {v}" for k, v in sorted(s.accepted_by_drafter.items()))
+def _print_stats(record: Any) -> None:
+    s = record.stats
+    by = ", ".join(f"{k} {v}" for k, v in sorted(s["accepted_by_drafter"].items()))
     print(
-        f"[{s.tokens} tokens in {s.seconds:.2f}s, {s.tokens_per_s:.1f} tok/s, "
-        f"MAT {s.mat:.2f}, ~{s.speedup_est:.2f}x vs plain, {done.finish_reason}; {by}]",
+        f"[{s['tokens']} tokens in {s['seconds']:.2f}s, {s['tokens_per_s']:.1f} tok/s, "
+        f"MAT {s['mat']:.2f}, ~{s['speedup_est']:.2f}x vs plain, {record.finish_reason}; {by}]",
         file=sys.stderr,
     )

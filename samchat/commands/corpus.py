@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from rich.table import Table
 
@@ -23,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("action", choices=("list", "add", "remove"))
     p.add_argument("name", nargs="?", help="pack name (for add and remove)")
     p.add_argument("--no-index", action="store_true", help="store only; do not index")
+    p.add_argument("--json", action="store_true", help="list: print a JSON list")
     add_data_dir(p)
     add_model(p)
     p.set_defaults(func=run)
@@ -36,6 +38,20 @@ def run(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         if args.action == "list":
             installed = store.corpora()
+            if args.json:
+                rows = [
+                    {
+                        "name": p.name,
+                        "installed": bool(installed.get(p.name, 0)),
+                        "documents": installed.get(p.name, 0),
+                        "files": len(p.files),
+                        "license": p.license,
+                        "description": p.description,
+                    }
+                    for p in packs()
+                ]
+                print(json.dumps(rows, indent=1))
+                return 0
             table = Table(box=None, pad_edge=False)
             for col in ("name", "installed", "files", "license", "description"):
                 table.add_column(col)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from samchat.commands._support import (
     add_data_dir,
@@ -22,6 +23,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="status: sync with the database and report; rebuild: from scratch; "
         "compact: merge segments and drop deleted text",
     )
+    p.add_argument("--json", action="store_true", help="print the status as one JSON object")
     add_data_dir(p)
     add_model(p)
     p.set_defaults(func=run)
@@ -37,6 +39,20 @@ def run(args: argparse.Namespace) -> int:
         status = manager.status()
         counts = store.counts()
         manager.close()
+    if args.json:
+        report = {
+            **status,
+            "database": {"documents": counts["documents"], "messages": counts["messages"]},
+            "rebuilt": result.rebuilt,
+            "synced": {
+                "added": result.added,
+                "removed": result.removed,
+                "tokens": result.tokens,
+                "seconds": result.seconds,
+            },
+        }
+        print(json.dumps(report, indent=1, default=str))
+        return 0
     tokens = float(status.get("tokens", 0))
     size = float(status.get("bytes", 0))
     if result.rebuilt and args.action == "status":

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from samchat.corpus.chatgpt import EXPORT_NAME, ExportedChat, read_export
 from samchat.corpus.readers import DEFAULT_MAX_BYTES, Skip, read_file
@@ -37,10 +38,73 @@ class ImportSummary:
         return bool(self.documents or self.chats)
 
 
+Chain = list[tuple[Path, Any]]  # (directory, its .gitignore as a pathspec.GitIgnoreSpec)
+
+
+def _gitignore(directory: Path) -> Any:
+    """The directory's .gitignore as a GitIgnoreSpec, or None (none there, or unreadable)."""
+    path = directory / ".gitignore"
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    from pathspec import GitIgnoreSpec
+
+    return GitIgnoreSpec.from_lines(lines)
+
+
+def _ignored(path: Path, chain: Chain, is_dir: bool) -> bool:
+    """Git's rule: the .gitignore nearest to the path that has a matching pattern decides (its
+    last matching pattern, so `!keep.log` re-includes)."""
+    for base, spec in chain:  # nearest first
+        rel = path.relative_to(base).as_posix() + ("/" if is_dir else "")
+        decision = None
+        for pattern in spec.patterns:  # (PathSpec.check_file does this from pathspec 0.12 on)
+            if pattern.include is not None and pattern.match_file(rel) is not None:
+                decision = bool(pattern.include)
+        if decision is not None:
+            return decision
+    return False
+
+
+def _outer_chain(root: Path) -> Chain:
+    """The .gitignore files above `root` up to its repository's top (a folder holding .git),
+    nearest first; none when `root` is not inside a repository."""
+    chain: Chain = []
+    if (root / ".git").exists():  # root is a repository's top: nothing above it counts
+        return chain
+    for parent in root.resolve().parents:
+        spec = _gitignore(parent)
+        if spec is not None:
+            chain.append((parent, spec))
+        if (parent / ".git").exists():
+            return chain
+    return []
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    """Files under root in a stable order: hidden ones (.git/ too) left out, .gitignore files
+    honoured (nested ones, and those above root within its repository)."""
+    top = root.resolve()
+    chains: dict[Path, Chain] = {top.parent: _outer_chain(root)}
+    for current, dirs, files in os.walk(root):
+        here = Path(current)
+        absolute = top / here.relative_to(root)  # gitignore patterns are relative to a base
+        spec = _gitignore(absolute)
+        chain = ([(absolute, spec)] if spec is not None else []) + chains.get(absolute.parent, [])
+        chains[absolute] = chain
+
+        def keep(name: str, is_dir: bool, absolute: Path = absolute, chain: Chain = chain) -> bool:
+            return not name.startswith(".") and not _ignored(absolute / name, chain, is_dir)
+
+        dirs[:] = sorted(d for d in dirs if keep(d, True))
+        yield from (here / f for f in sorted(files) if keep(f, False))
+
+
 def collect_files(paths: Iterable[Path]) -> list[Path]:
     """All files under `paths`, recursively, in a stable order. Hidden files and directories met
-    while walking are left out; a path named explicitly is always taken. A missing path is an
-    error before anything is imported."""
+    while walking are left out, and so is what a .gitignore excludes; a path named explicitly
+    is always taken. A missing path is an error before anything is imported."""
     paths = list(paths)
     for path in paths:
         if not path.exists():
@@ -50,9 +114,7 @@ def collect_files(paths: Iterable[Path]) -> list[Path]:
         if not path.is_dir():
             out.append(path)
             continue
-        for root, dirs, files in os.walk(path):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            out.extend(Path(root) / f for f in sorted(files) if not f.startswith("."))
+        out.extend(_walk(path))
     seen: set[Path] = set()
     unique = []
     for p in out:

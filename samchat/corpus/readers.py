@@ -58,16 +58,37 @@ def _size_text(n: float) -> str:
     return f"{n:.1f} GB"
 
 
+_UTF16_32_BOMS = (b"\xff\xfe", b"\xfe\xff")  # also the start of UTF-32's BOMs
+
+
 def _decode(data: bytes) -> str:
-    if b"\x00" in data[:_SNIFF_BYTES]:
+    """UTF-8 (a BOM is dropped); other encodings (Latin-1, cp1252, Shift-JIS, UTF-16 with a
+    BOM, ...) are detected by charset-normalizer. Binary data, or text no encoding explains,
+    is skipped."""
+    if b"\x00" in data[:_SNIFF_BYTES] and not data.startswith(_UTF16_32_BOMS):
         raise Skip("binary file")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise Skip(
-            f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-            "convert it to UTF-8 first"
-        ) from None
+        failure = (
+            f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}) and no other "
+            "encoding fits; convert it to UTF-8 first"
+        )
+    from charset_normalizer import from_bytes
+
+    matches = from_bytes(data)
+    best = matches.best()
+    if best is None:
+        raise Skip(failure)
+    # Western text scores the same in several code pages (é is 0xe9 in all of them); on a tie
+    # take Windows-1252, by far the commonest of them on disk.
+    for match in matches:
+        if match.encoding == "cp1252" and (match.chaos, -match.coherence) <= (
+            best.chaos,
+            -best.coherence,
+        ):
+            return str(match)
+    return str(best)
 
 
 def _title_from_text(text: str, kind: str, fallback: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from samchat.errors import ModelLoadError
@@ -46,3 +48,37 @@ def resolve_dtype(name: str, device: Any) -> Any:
         return torch.float16
     # fp32 on CPU: half precision is slow there and changes greedy output.
     return torch.float32
+
+
+def _cgroup_room() -> int | None:
+    """What the cgroup (v2) this process runs in still lets it allocate, or None if unlimited."""
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+        return max(0, int(limit) - used)
+    except (OSError, ValueError):
+        return None
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this process can still use (MemAvailable, capped by a container's
+    limit), or None when the system does not say."""
+    room: int | None = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                room = int(line.split()[1]) * 1024
+                break
+    except (OSError, ValueError, IndexError):
+        room = None
+    if room is None:
+        try:
+            room = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, ValueError, OSError):
+            room = None
+    cgroup = _cgroup_room()
+    if cgroup is not None:
+        room = cgroup if room is None else min(room, cgroup)
+    return room

@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 from samchat.errors import ModelLoadError
+from samchat.models.catalog import (
+    OLLAMA_PREFIX,
+    cached_snapshot,
+    hf_hub_cache,
+    is_gguf,
+    remember_gguf,
+    resolve_ollama,
+)
 from samchat.models.default import DEFAULT_MODEL_NAME, bundled_gguf, default_model_dir
-from samchat.models.device import resolve_device, resolve_dtype
+from samchat.models.device import available_memory, resolve_device, resolve_dtype
+from samchat.paths import model_cache_dir
 
 Progress = Callable[[str], None]
 # Tokens of context a llama.cpp session allocates at most (a Q8_0 cache per session).
@@ -83,14 +97,21 @@ def _resolve_source(spec: ModelSpec, progress: Progress, engine: str = "torch") 
             return _Resolved(str(gguf.parent), gguf.name, DEFAULT_MODEL_NAME, True)
         return _Resolved(str(default_model_dir(progress)), None, DEFAULT_MODEL_NAME, True)
     src = spec.source
+    if src.startswith(OLLAMA_PREFIX):
+        blob = resolve_ollama(src)
+        if not is_gguf(blob):
+            raise ModelLoadError(
+                f"{src} is not a GGUF model in Ollama's store ({blob}); samchat runs GGUF models"
+            )
+        return _Resolved(str(blob.parent), blob.name, src.removeprefix(OLLAMA_PREFIX), True)
     path = Path(src).expanduser()
     if path.is_file():
-        if path.suffix.lower() != ".gguf":
+        if not is_gguf(path):  # by its header: an Ollama blob has no .gguf suffix
             raise ModelLoadError(
-                f"{src} is a file but not a .gguf model; pass a model directory, "
-                "a .gguf file or a hub id"
+                f"{src} is not a GGUF file (no GGUF header); pass a model directory, "
+                "a GGUF file or a hub id"
             )
-        return _Resolved(str(path.parent), path.name, path.stem, True)
+        return _Resolved(str(path.parent), path.name, path.name.removesuffix(".gguf"), True)
     if path.is_dir():
         if not (path / "config.json").exists():
             raise ModelLoadError(
@@ -102,11 +123,119 @@ def _resolve_source(spec: ModelSpec, progress: Progress, engine: str = "torch") 
     if looks_like_path:
         raise ModelLoadError(f"model path {src} does not exist; check the path or pass a hub id")
     if _offline():
-        raise ModelLoadError(
-            f"{src} is not a local path and HF_HUB_OFFLINE is set; "
-            "unset it to download, or pass a local model directory or .gguf file"
-        )
+        # A hub id already in the local Hugging Face cache loads from its snapshot directory.
+        snapshot = cached_snapshot(src)
+        if snapshot is None:
+            raise ModelLoadError(
+                f"{src} is not a local path nor in the Hugging Face cache ({hf_hub_cache()}) "
+                "and HF_HUB_OFFLINE is set; unset it to download, or pass a local model "
+                "directory or .gguf file (see `samchat models`)"
+            )
+        return _Resolved(str(snapshot), None, src.rsplit("/", 1)[-1], True)
     return _Resolved(src, None, src.rsplit("/", 1)[-1], False)
+
+
+def _gguf_path(where: _Resolved) -> Path | None:
+    return Path(where.path) / where.gguf_file if where.gguf_file else None
+
+
+def _conversion_key(gguf: Path) -> str:
+    """A converted copy is keyed by the file's identity: where it is, its size and mtime."""
+    stat = gguf.stat()
+    ident = f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+
+def gguf_parameters(gguf: Path) -> int:
+    """How many weights the GGUF file holds (from its tensor table; nothing is de-quantised)."""
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(gguf)
+        return sum(int(t.n_elements) for t in reader.tensors)
+    except Exception as exc:  # gguf raises ValueError, struct.error, ...: all mean "unreadable"
+        raise ModelLoadError(
+            f"could not load {gguf}: not a readable GGUF file ({_short(exc)}); check the file"
+        ) from exc
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def check_conversion_memory(gguf: Path, name: str) -> None:
+    """transformers de-quantises a GGUF to float32: refuse before starting when that cannot fit."""
+    need = gguf_parameters(gguf) * 4
+    room = available_memory()
+    if room is not None and need > room:
+        raise ModelLoadError(
+            f"{name} needs about {_gib(need)} of memory as float32 for the torch engine, "
+            f"but only {_gib(room)} is available; run it with --engine llamacpp"
+        )
+
+
+def _is_converted(path: Path) -> bool:
+    weights = (path / "model.safetensors").is_file() or (
+        path / "model.safetensors.index.json"
+    ).is_file()
+    return (path / "config.json").is_file() and weights
+
+
+def converted_gguf(where: _Resolved, spec: ModelSpec, say: Progress) -> _Resolved:
+    """The torch engine runs a GGUF model from a copy converted once (float32 safetensors in the
+    model cache, keyed by the file's identity), as it runs the default model."""
+    gguf = _gguf_path(where)
+    assert gguf is not None
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in where.name)[:60]
+    target = model_cache_dir() / f"gguf-{safe}-{_conversion_key(gguf)}"
+    if _is_converted(target):
+        return _Resolved(str(target), None, where.name, True)
+    check_conversion_memory(gguf, where.name)
+    with FileLock(model_cache_dir() / f".{target.name}.lock"):
+        if _is_converted(target):
+            return _Resolved(str(target), None, where.name, True)
+        say(f"converting {where.name} from GGUF for the torch engine (once)")
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=model_cache_dir()))
+        try:
+            tokenizer = _load_tokenizer(where, spec)
+            model = AutoModelForCausalLM.from_pretrained(
+                where.path,
+                gguf_file=where.gguf_file,
+                dtype=torch.float32,
+                trust_remote_code=spec.trust_remote_code,
+            )
+            # The de-quantised weights are plain fp32: drop the GGUF quantizer marker so
+            # transformers agrees to save them.
+            model.hf_quantizer = None
+            if hasattr(model.config, "quantization_config"):
+                del model.config.quantization_config
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            del model
+            if target.exists():
+                shutil.rmtree(target)
+            tmp.rename(target)  # atomic: a half-written copy is never taken for a whole one
+        except ModelLoadError:
+            raise
+        except Exception as exc:
+            raise ModelLoadError(
+                f"could not convert {where.name} for the torch engine: {_short(exc)}; "
+                "try --engine llamacpp"
+            ) from exc
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return _Resolved(str(target), None, where.name, True)
+
+
+def _remember(spec: ModelSpec, where: _Resolved) -> None:
+    """A GGUF file the user named is offered again by `samchat models` and the model picker."""
+    if spec.source and not spec.source.startswith(OLLAMA_PREFIX):
+        path = Path(spec.source).expanduser()
+        if path.is_file():
+            remember_gguf(path)
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
@@ -172,6 +301,16 @@ def _quiet_transformers() -> None:
     hf_logging.set_verbosity_error()
 
 
+def _quiet_gguf_conversion() -> None:
+    """GGUF de-quantisation draws its own tqdm bar on stderr, which disable_progress_bar() does
+    not reach (it imports torch: only for loads that convert)."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    bar = getattr(gguf_utils, "tqdm", None)
+    if bar is not None and not isinstance(bar, functools.partial):
+        gguf_utils.tqdm = functools.partial(bar, disable=True)
+
+
 def _eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:
     ids: list[int] = []
     gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -207,6 +346,17 @@ def _quantization_config(spec: ModelSpec, device_type: str) -> Any:
     return BitsAndBytesConfig(load_in_8bit=True)
 
 
+def _names_gguf(source: str) -> bool:
+    """A GGUF model: an Ollama model, a file with the GGUF header (whatever its name), or a
+    .gguf path that does not exist (so loading it says so)."""
+    if source.startswith(OLLAMA_PREFIX):
+        return True
+    path = Path(source).expanduser()
+    if path.is_file():
+        return is_gguf(path)
+    return source.lower().endswith(".gguf")
+
+
 def choose_engine(spec: ModelSpec) -> str:
     """The engine that will run spec: `auto` takes llama.cpp for a GGUF model (the bundled
     default included) on a CPU when llama-cpp-python is installed, torch otherwise."""
@@ -214,12 +364,17 @@ def choose_engine(spec: ModelSpec) -> str:
 
     if spec.engine not in ENGINES:
         raise ModelLoadError(f"unknown engine {spec.engine!r}; use one of {', '.join(ENGINES)}")
-    gguf = spec.source is None or spec.source.lower().endswith(".gguf")
+    gguf = spec.source is None or _names_gguf(spec.source)
     if spec.engine == "torch":
         return "torch"
     from samchat.engines.llamacpp_model import unavailable_reason
 
     if spec.engine == "llamacpp":
+        if not gguf and spec.source and Path(spec.source).expanduser().is_file():
+            raise ModelLoadError(
+                f"{spec.source} is not a GGUF file (no GGUF header); the llama.cpp engine "
+                "runs .gguf files (pass one, or a model directory with --engine torch)"
+            )
         if not gguf:
             raise ModelLoadError(
                 f"the llama.cpp engine runs .gguf files; {spec.source} is not one "
@@ -256,7 +411,11 @@ def load_model(spec: ModelSpec | None = None, progress: Progress | None = None) 
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
     quant = _quantization_config(spec, device.type)
+    _quiet_gguf_conversion()
     where = _resolve_source(spec, say)
+    gguf_where = where if where.gguf_file else None
+    if where.gguf_file:
+        where = converted_gguf(where, spec, say)
     tokenizer = _chat_tokenizer(where, spec, say)
     say(f"loading weights of {where.name} ({dtype} on {device})")
     from transformers import AutoModelForCausalLM
@@ -279,6 +438,8 @@ def load_model(spec: ModelSpec | None = None, progress: Progress | None = None) 
     if quant is None:
         model = model.to(device)
     model.eval()
+    if gguf_where is not None:
+        _remember(spec, gguf_where)
     say("model ready")
     return LoadedModel(
         model=model,
@@ -307,6 +468,7 @@ def _load_llamacpp(spec: ModelSpec, say: Progress) -> LoadedModel:
     path = Path(where.path) / where.gguf_file
     say(f"loading {where.gguf_file} with llama.cpp")
     weights = LlamaWeights.load(path)
+    _remember(spec, where)
     say("model ready")
     eos = [weights.eos_id] if weights.eos_id >= 0 else []
     eos.extend(_eos_ids(None, tokenizer))

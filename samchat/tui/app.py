@@ -1,41 +1,303 @@
-"""The samchat Textual app: every user action and its command-palette entry."""
+"""The samchat Textual app: themes, settings, the keymap and command palette, the store and
+model loading. The chat itself, and every action on it, is the ChatScreen's."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from textual.app import SystemCommand
+from textual import work
+from textual.app import App, SystemCommand
 from textual.binding import BindingType
 from textual.screen import Screen
-from textual.widgets import Input
+from textual.theme import Theme
 
 from samchat.chat import backend
-from samchat.chat.live_stats import LiveStats
+from samchat.chat.config import Config, ConfigError, load_config, save_config
+from samchat.chat.service import ChatService
 from samchat.errors import SamchatError
-from samchat.tui.app_runtime import SamchatRuntime
-from samchat.tui.code_blocks import code_blocks
-from samchat.tui.dialogs import ConfirmScreen, EditorScreen, InputScreen, PickScreen
-from samchat.tui.documents_screen import ChatDocuments, DocumentsScreen
 from samchat.tui.guard import guarded
-from samchat.tui.help_screen import HelpScreen
-from samchat.tui.import_screen import ImportScreen
-from samchat.tui.keys import ACTIONS, app_bindings, binding_id
-from samchat.tui.messages import MessageView
-from samchat.tui.model_screen import ModelScreen
-from samchat.tui.settings_screen import SettingsScreen
-from samchat.tui.stats_bar import StatsBar
-from samchat.tui.worker_messages import ReplyJob
+from samchat.tui.keys import ACTIONS, APP_ACTIONS, app_bindings, binding_id
+from samchat.tui.screens.chat import ChatScreen
+from samchat.tui.screens.help import HelpScreen
+from samchat.tui.screens.model import ModelScreen
+from samchat.tui.screens.settings import SettingsScreen
+from samchat.tui.states import DataState, ModelState
+from samchat.tui.themes import PROVENANCE_DEFAULTS, load_themes
+from samchat.tui.worker_messages import (
+    IndexProgress,
+    ModelFailed,
+    ModelLoaded,
+    ModelProgress,
+    Notice,
+)
+
+if TYPE_CHECKING:
+    from samchat.models.loader import LoadedModel
 
 
-class SamchatApp(SamchatRuntime):
+class SamchatApp(App[None]):
     CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses live elsewhere
     TITLE = "samchat"
     BINDINGS: ClassVar[list[BindingType]] = app_bindings()
 
-    # -- actions -------------------------------------------------------------------------------
+    def __init__(
+        self,
+        *,
+        db_path: Path | None = None,
+        lm: LoadedModel | None = None,
+        config: Config | None = None,
+        config_path: Path | None = None,
+        model_source: str | None = None,
+        device: str | None = None,
+        engine: str | None = None,
+        autoload_model: bool = True,
+        theme_dirs: list[Path] | None = None,
+        cost_curve: Any = None,
+        model_options: dict[str, Any] | None = None,
+        cache_dir: Path | None = None,
+    ) -> None:
+        super().__init__()
+        self.config_path = config_path
+        self.config_problem: str | None = None
+        if config is None:
+            try:
+                config = load_config(config_path)
+            except ConfigError as exc:
+                self.config_problem = str(exc)
+                config = Config()
+        self.cfg = config
+        self.db_path = db_path
+        self.theme_dirs = theme_dirs
+        self.cost_curve = cost_curve  # a known verification-cost curve (else measured once)
+        self.cache_dir = cache_dir  # measured costs and Token Recycling's table (None: not kept)
+        self.model_options = dict(model_options or {})  # dtype, quantize, trust_remote_code
+        self.data: backend.ChatData | None = None
+        self.service: ChatService | None = None  # the turns of a chat, over `data`
+        self.data_state = DataState.NONE
+        self.lm: LoadedModel | None = lm
+        self.generator: backend.Generator | None = None
+        self.indexer: Any = None  # BackgroundIndexer of the loaded model's tokenizer
+        self.model_source = model_source if model_source is not None else config.model
+        self.device_name = device or config.device
+        self.engine_name = engine or config.engine  # --engine, else config.toml, else auto
+        self.autoload_model = autoload_model
+        self.model_state = ModelState.NONE
+        self.model_progress = ""
+        self.index_progress = ""  # e.g. "indexing 3/40" while the static index syncs
+        self.started_at = time.perf_counter()
+        self.ready_at: float | None = None
+        self.ready_cpu: float | None = None  # process CPU seconds when the UI became usable
+        self.theme_problems: list[str] = []
+        self._setup_themes()
+        self.chat = ChatScreen()
+
+    def get_default_screen(self) -> Screen[Any]:
+        return self.chat
+
+    # -- themes and settings -------------------------------------------------------------------
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return dict(PROVENANCE_DEFAULTS)
+
+    def _setup_themes(self) -> None:
+        """Before the first CSS pass: switching theme after mount restyles everything."""
+        themes, self.theme_problems = load_themes(self.theme_dirs)
+        for theme in themes:
+            self.register_theme(theme)
+        if self.cfg.theme in self.available_themes:
+            self.theme = self.cfg.theme
+        else:
+            self.theme_problems.append(f"unknown theme {self.cfg.theme!r}; using the default")
+            if "samchat-dark" in self.available_themes:
+                self.theme = "samchat-dark"
+
+    def _theme_changed(self, theme: Theme) -> None:
+        if self.cfg.theme == theme.name:
+            return
+        self.cfg.theme = theme.name
+        self.save_settings()
+
+    def save_settings(self) -> None:
+        if self.config_problem:
+            # The file did not load: writing would replace the user's theme, keymap and model
+            # with the defaults in use. They fix the file; we keep our hands off it.
+            self.notify(f"{self.config_problem}: not saving settings over it", severity="warning")
+            return
+        try:
+            save_config(self.cfg, self.config_path)
+        except SamchatError as exc:
+            self.notify(str(exc), severity="error", title="Config")
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    @property
+    def model_name(self) -> str:
+        if self.lm is not None:
+            return str(self.lm.name)
+        return self.model_source or "SmolLM2-135M-Instruct"
+
+    def error(self, exc: BaseException | str, title: str = "Error") -> None:
+        self.notify(str(exc), severity="error", title=title, timeout=10)
+
+    def need_data(self) -> backend.ChatData | None:
+        if self.data is None:
+            self.error("the database is not open; restart samchat after fixing it")
+        return self.data
+
+    def ui_ready(self) -> None:
+        """The chat screen is up: the UI is usable from now on."""
+        self.ready_at = time.perf_counter()
+        self.ready_cpu = time.process_time()
+
+    # -- start-up and the store ----------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        for problem in self.theme_problems:
+            self.notify(problem, severity="warning", title="Theme")
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+        if self.cfg.keymap:
+            self.set_keymap(self.cfg.keymap)
+        if self.config_problem:
+            self.notify(
+                self.config_problem + " (using defaults)",
+                severity="error",
+                title="Config",
+                timeout=10,
+            )
+        # Opening an up-to-date database is a few SQLite reads (sqlite-utils is imported only
+        # when a migration runs: the very first start); a failure is a notice.
+        self.open_data()
+        if self.lm is not None:
+            indexer = self.indexer or self._make_indexer(self.lm)
+            self._adopt_model(
+                self.lm,
+                backend.Generator(
+                    self.lm, self.cfg.decoding, indexer, self.cost_curve, self.cache_dir
+                ),
+            )
+        elif self.autoload_model:
+            self.start_model_load(self.model_source, self.device_name, self.engine_name)
+
+    def open_data(self) -> None:
+        try:
+            self.data = backend.ChatData.open(self.db_path)
+            self.service = ChatService(self.data)
+            self.data_state = DataState.READY
+        except SamchatError as exc:
+            self.data_state = DataState.FAILED
+            self.notify(
+                f"{exc} (chats are not saved)", severity="error", title="Database", timeout=15
+            )
+        self.chat.refresh_sidebar()
+        if self.lm is not None and self.indexer is None and self.data is not None:
+            self.indexer = self._make_indexer(self.lm)
+            if self.generator is not None:
+                self.generator.indexer = self.indexer
+
+    def on_unmount(self) -> None:
+        if self.chat.job is not None:
+            self.chat.job.cancel.set()
+        if self.indexer is not None:
+            self.indexer.stop(timeout=2)
+
+    # -- model loading -------------------------------------------------------------------------
+
+    def start_model_load(self, source: str, device: str, engine: str) -> None:
+        self.model_state = ModelState.LOADING
+        self.model_progress = ""
+        self.chat.update_status()
+        self.load_model_worker(source, device, engine, dict(self.cfg.decoding))
+
+    @work(thread=True, exclusive=True, group="model", exit_on_error=False)
+    def load_model_worker(
+        self, source: str, device: str, engine: str, decoding: dict[str, Any]
+    ) -> None:
+        def progress(text: str) -> None:
+            self.post_message(ModelProgress(text))
+
+        try:
+            lm = backend.load_lm(source, device, progress, self.model_options, engine)
+        except SamchatError as exc:
+            self.post_message(ModelFailed(str(exc)))
+            return
+        except Exception as exc:
+            self.post_message(ModelFailed(f"could not load the model: {type(exc).__name__}: {exc}"))
+            return
+        indexer = self._make_indexer(lm)
+        generator = backend.Generator(lm, decoding, indexer, self.cost_curve, self.cache_dir)
+        warning = ""
+        try:
+            self.post_message(ModelProgress("preparing the decoder (timing this device once)"))
+            generator.prepare()
+        except Exception as exc:  # the next reply reports it again; the model itself is fine
+            warning = f"decoder setup failed: {exc}"
+        self.post_message(ModelLoaded(lm, generator, source, device, engine, warning))
+
+    def on_model_progress(self, msg: ModelProgress) -> None:
+        self.model_progress = msg.text
+        self.chat.update_status()
+
+    @guarded
+    def on_model_loaded(self, msg: ModelLoaded) -> None:
+        self._adopt_model(msg.lm, msg.generator)
+        self.notify(f"model {msg.lm.name} ready", timeout=3)
+        if msg.warning:
+            self.error(msg.warning, "Decoder")
+        # The model screen opens on what runs now.
+        self.model_source, self.device_name, self.engine_name = msg.source, msg.device, msg.engine
+        chosen = (msg.source, msg.device, msg.engine)
+        if chosen != (self.cfg.model, self.cfg.device, self.cfg.engine):
+            self.cfg.model, self.cfg.device, self.cfg.engine = chosen
+            self.save_settings()
+
+    def on_model_failed(self, msg: ModelFailed) -> None:
+        self.model_state = ModelState.FAILED if self.lm is None else ModelState.READY
+        self.error(msg.error, "Model")
+        self.chat.update_status()
+
+    def _adopt_model(self, lm: LoadedModel, generator: backend.Generator) -> None:
+        if self.indexer is not None and self.indexer is not generator.indexer:
+            self.indexer.stop(timeout=2)
+        self.lm = lm
+        self.generator = generator
+        self.indexer = generator.indexer
+        self.model_state = ModelState.READY
+        self.chat.model_ready()
+
+    def _make_indexer(self, lm: LoadedModel) -> Any:
+        """Keeps the static index in step with the store (own thread, own connection)."""
+        if self.data is None:
+            return None
+
+        def failed(exc: Exception) -> None:  # runs in the indexer's thread
+            self.post_message(Notice(f"static index: {exc}", "Index"))
+
+        def progress(done: int, total: int, _what: str) -> None:  # the indexer's thread
+            self.post_message(IndexProgress(done, total))
+
+        try:
+            return backend.start_indexer(lm, self.data.path, failed, progress)
+        except Exception as exc:  # decoding still works without the static index
+            self.post_message(Notice(f"static index unavailable: {exc}", "Index"))
+            return None
+
+    def on_index_progress(self, msg: IndexProgress) -> None:
+        busy = msg.total > 0 and msg.done < msg.total
+        self.index_progress = f"indexing {msg.done}/{msg.total}" if busy else ""
+        self.chat.update_status()
+
+    def on_notice(self, msg: Notice) -> None:
+        self.error(msg.text, msg.title)
+
+    def poke_indexer(self) -> None:
+        if self.indexer is not None:
+            self.indexer.poke()
+
+    # -- the app's own actions -----------------------------------------------------------------
 
     @guarded
     def action_help(self) -> None:
@@ -46,291 +308,8 @@ class SamchatApp(SamchatRuntime):
         self.push_screen(HelpScreen(rows))
 
     @guarded
-    async def action_new_chat(self) -> None:
-        await self.open_chat(None)
-        self.query_one("#search", Input).value = ""
-        self.refresh_sidebar()
-        self.prompt.focus()
-
-    @guarded
-    def action_search(self) -> None:
-        self.query_one("#search", Input).focus()
-
-    @guarded
-    def action_rename_chat(self) -> None:
-        if self.chat_id is None or (data := self.need_data()) is None:
-            self.notify("open a chat first", severity="warning")
-            return
-        chat_id = self.chat_id
-
-        def done(title: str | None) -> None:
-            if not title or not title.strip():
-                return
-            try:
-                data.rename_chat(chat_id, title.strip())
-            except SamchatError as exc:
-                self.error(exc, "Rename")
-                return
-            if self.chat_id == chat_id:
-                self.sub_title = title.strip()
-            self.refresh_sidebar()
-
-        self.push_screen(InputScreen("Rename chat", data.chat(chat_id).title), done)
-
-    @guarded
-    def action_delete_chat(self) -> None:
-        if self.chat_id is None or (data := self.need_data()) is None:
-            self.notify("open a chat first", severity="warning")
-            return
-        if self.busy():
-            return
-        chat_id = self.chat_id
-
-        async def done(yes: bool | None) -> None:
-            if not yes:
-                return
-            try:
-                data.delete_chat(chat_id)
-            except SamchatError as exc:
-                self.error(exc, "Delete")
-                return
-            if self.chat_id == chat_id:
-                await self.open_chat(None)
-            self.refresh_sidebar()
-            self.poke_indexer()
-            self.notify("chat deleted", timeout=2)
-
-        title = data.chat(chat_id).title
-        self.push_screen(ConfirmScreen(f"Delete the chat “{title}” and all its messages?"), done)
-
-    @guarded
-    def action_system_prompt(self) -> None:
-        if (data := self.need_data()) is None:
-            return
-        try:
-            if self.chat_id is None:
-                self.chat_id = data.create_chat("New chat", self.model_name)
-                self.refresh_sidebar()
-            chat = data.chat(self.chat_id)
-        except SamchatError as exc:
-            self.error(exc)
-            return
-
-        def done(text: str | None) -> None:
-            if text is None:
-                return
-            try:
-                data.set_system_prompt(chat.id, text.strip() or None)
-            except SamchatError as exc:
-                self.error(exc)
-                return
-            self.notify(
-                "system prompt saved" if text.strip() else "system prompt cleared", timeout=2
-            )
-
-        self.push_screen(
-            EditorScreen(f"System prompt for “{chat.title}”", chat.system_prompt or ""), done
-        )
-
-    @guarded
-    def action_stop(self) -> None:
-        if self.job is not None:
-            self.job.cancel.set()
-            return
-        if self.pending is not None:
-            job, self.pending = self.pending, None
-            self.call_later(self._drop_pending, job)
-
-    async def _drop_pending(self, job: ReplyJob) -> None:
-        if job.view.is_attached:
-            await job.view.finish(None, {})
-            await job.view.remove()
-        self.notify("the waiting prompt will not be answered", timeout=3)
-        self.update_status()
-
-    @guarded
-    async def action_regenerate(self) -> None:
-        if self.busy() or self.chat_id is None or self.data is None:
-            return
-        view = self.target_view("assistant")
-        rows = self.current_rows()
-        if view is not None and view.parent_id is not None:
-            user_id = view.parent_id
-        else:  # no reply yet (e.g. it failed): answer the last user message
-            users = [r for r in rows if r.role == "user"]
-            if not users:
-                self.notify("nothing to regenerate yet", severity="warning")
-                return
-            user_id = users[-1].id
-        ids = [r.id for r in rows]
-        upto = rows[: ids.index(user_id) + 1] if user_id in ids else rows
-        await self.chat_view.show_thread(upto, self.data.branches(upto))
-        # The question keeps the sources it was sent with: the new reply names them too.
-        answered = view is not None and view.parent_id == user_id
-        sources = view.stats.get("sources") if view is not None and answered else None
-        await self.start_reply(user_id, sources)
-
-    @guarded
-    def action_edit_message(self) -> None:
-        if self.busy() or self.chat_id is None or (data := self.need_data()) is None:
-            return
-        view = self.target_view("user")
-        focused = self.focused
-        if isinstance(focused, MessageView) and focused.role == "assistant":
-            view = next(
-                (v for v in self.chat_view.views() if v.message_id == focused.parent_id), view
-            )
-        if view is None or view.message_id is None:
-            self.notify("there is no message of yours to edit", severity="warning")
-            return
-        original = data.message(view.message_id)
-        chat_id = self.chat_id
-
-        async def done(text: str | None) -> None:
-            if text is None or not text.strip() or self.chat_id != chat_id:
-                return
-            try:
-                new_id = data.add_user(chat_id, text.strip(), original.parent_id)
-            except SamchatError as exc:
-                self.error(exc, "Database")
-                return
-            await self.open_chat(chat_id, new_id)
-            await self.start_reply(new_id)
-
-        self.push_screen(
-            EditorScreen("Edit and resend (makes a new branch)", original.content, accept="Resend"),
-            done,
-        )
-
-    async def _switch_branch(self, step: int) -> None:
-        if self.busy() or self.chat_id is None or self.data is None:
-            return
-        focused = self.focused
-        candidates = [focused] if isinstance(focused, MessageView) else []
-        candidates += [v for v in reversed(self.chat_view.views()) if v.branch[1] > 1]
-        for view in candidates:
-            if view.message_id is None:
-                continue
-            try:
-                target = self.data.sibling(view.message_id, step)
-            except SamchatError as exc:
-                self.error(exc)
-                return
-            if target is not None:
-                await self.open_chat(self.chat_id, target, focus_id=target)
-                return
-        self.notify("this message has no other branches", severity="warning")
-
-    @guarded
-    async def action_branch_prev(self) -> None:
-        await self._switch_branch(-1)
-
-    @guarded
-    async def action_branch_next(self) -> None:
-        await self._switch_branch(1)
-
-    @guarded
-    def action_copy_message(self) -> None:
-        view = self.target_view()
-        if view is None or not view.content:
-            self.notify("no message to copy", severity="warning")
-            return
-        self.copy_to_clipboard(view.content)
-        self.notify(f"copied {len(view.content)} characters", timeout=2)
-
-    @guarded
-    def action_copy_code(self) -> None:
-        focused = self.focused
-        views = [focused] if isinstance(focused, MessageView) else []
-        views += list(reversed(self.chat_view.views()))
-        for view in views:
-            blocks = code_blocks(view.content)
-            if not blocks:
-                continue
-            if len(blocks) == 1:
-                self._copy_block(blocks[0])
-                return
-
-            def chosen(index: int | None, blocks: list[str] = blocks) -> None:
-                if index is not None:
-                    self._copy_block(blocks[index])
-
-            labels = [
-                f"{i + 1}: {b.splitlines()[0] if b.strip() else '(empty)'}"[:70]
-                for i, b in enumerate(blocks)
-            ]
-            self.push_screen(PickScreen("Copy which code block?", labels), chosen)
-            return
-        self.notify("no code block to copy", severity="warning")
-
-    def _copy_block(self, block: str) -> None:
-        self.copy_to_clipboard(block)
-        self.notify(f"copied a code block ({len(block.splitlines())} lines)", timeout=2)
-
-    @guarded
-    def action_toggle_provenance(self) -> None:
-        on_now = not self.chat_view.has_class("-provenance")
-        if on_now:  # streaming replies skip it while hidden
-            for view in self.chat_view.views():
-                view.refresh_provenance()
-        self.chat_view.set_class(on_now, "-provenance")
-        self.query_one("#legend").display = on_now
-
-    @guarded
-    def action_toggle_stats(self) -> None:
-        self.chat_view.toggle_class("-show-stats")
-
-    async def _step_message(self, step: int) -> None:
-        views = self.chat_view.views()
-        if not views:
-            return
-        focused = self.focused
-        if not isinstance(focused, MessageView) or focused not in views:
-            index = len(views) if step < 0 else -1  # from the prompt: start at the newest
-        else:
-            index = views.index(focused)
-        target = index + step
-        if target < 0:
-            if await self.chat_view.load_earlier():
-                views = self.chat_view.views()
-                target = views.index(focused) - 1 if isinstance(focused, MessageView) else 0
-            else:
-                target = 0
-        if target >= len(views):
-            self.prompt.focus()
-            return
-        views[target].focus()
-        views[target].scroll_visible(animate=False)
-
-    @guarded
-    async def action_message_up(self) -> None:
-        await self._step_message(-1)
-
-    @guarded
-    async def action_message_down(self) -> None:
-        await self._step_message(1)
-
-    @guarded
-    def on_message_view_focused(self, event: MessageView.Focused) -> None:
-        """A finished reply shows its stored figures (and speed trace) in the stats bar."""
-        view = event.view
-        if self.job is not None or view.role != "assistant" or not view.stats:
-            return
-        live = LiveStats(0.0)
-        live.tokens = int(view.stats.get("tokens") or 0)
-        live.speeds = [float(x) for x in view.stats.get("speed_trace") or []]
-        live.on_done(view.stats)
-        self.query_one(StatsBar).show(live, f"{view.stats.get('finish_reason', '')} (stored)")
-
-    @guarded
-    async def action_load_earlier(self) -> None:
-        added = await self.chat_view.load_earlier()
-        if not added:
-            self.notify("this is the start of the chat", timeout=2)
-
-    @guarded
     def action_pick_model(self) -> None:
-        if self.job is not None:  # a waiting prompt is fine: it goes to the new model
+        if self.chat.job is not None:  # a waiting prompt is fine: it goes to the new model
             self.notify("a reply is streaming; press esc to stop it first", severity="warning")
             return
 
@@ -338,7 +317,7 @@ class SamchatApp(SamchatRuntime):
             if choice is None:
                 return
             source, device, engine = choice
-            if self.model_state == "loading":
+            if self.model_state == ModelState.LOADING:
                 self.notify("a model is already loading", severity="warning")
                 return
             self.start_model_load(source, device, engine)
@@ -346,43 +325,6 @@ class SamchatApp(SamchatRuntime):
         recent = [self.cfg.model] if self.cfg.model else []
         screen = ModelScreen(self.model_source, self.device_name, recent, self.engine_name)
         self.push_screen(screen, done)
-
-    @guarded
-    def action_import_documents(self) -> None:
-        data = self.need_data()
-        if data is None:
-            return
-        store_path = data.path
-
-        def importer(path: str, progress: Any) -> str:
-            return backend.import_documents(path, store_path, progress)
-
-        def imported() -> None:
-            self.poke_indexer()  # the static index learns the new documents
-            self.refresh_sidebar()  # imported ChatGPT exports become chats
-
-        chat_id = self.chat_id
-
-        def use_in_chat() -> None:
-            self.chat_documents.setdefault(chat_id, ChatDocuments()).retrieval = True
-            self.update_status()
-            self.notify("this chat now answers from the imported documents", title="Documents")
-
-        self.push_screen(ImportScreen(importer, imported, use_in_chat))
-
-    @guarded
-    def action_documents(self) -> None:
-        chat_id = self.chat_id
-
-        def done(docs: ChatDocuments | None) -> None:
-            if docs is None:
-                return
-            self.chat_documents[chat_id] = docs
-            self.update_status()
-            if docs.active:
-                self.notify(f"{docs.summary()} for this chat", title="Documents", timeout=3)
-
-        self.push_screen(DocumentsScreen(self.documents), done)
 
     @guarded
     def action_settings(self) -> None:
@@ -395,8 +337,10 @@ class SamchatApp(SamchatRuntime):
             self.save_settings()
             if changed and self.lm is not None:
                 # A new session: the next reply (in its worker) builds it with the new knobs.
-                self.generator = backend.Generator(self.lm, decoding, self.indexer, self.cost_curve)
-            self.update_status()
+                self.generator = backend.Generator(
+                    self.lm, decoding, self.indexer, self.cost_curve, self.cache_dir
+                )
+            self.chat.update_status()
             self.notify("settings saved", timeout=2)
 
         self.push_screen(SettingsScreen(self.cfg.decoding, self.cfg.sampling), done)
@@ -414,4 +358,6 @@ class SamchatApp(SamchatRuntime):
             if action == "pick_theme":
                 continue  # textual's own "Theme" command does this
             shown = keymap.get(binding_id(action), key)
-            yield SystemCommand(desc, f"{desc} ({shown})", partial(self.run_action, action))
+            target = self if action in APP_ACTIONS else self.chat
+            run = partial(self.run_action, action, target)
+            yield SystemCommand(desc, f"{desc} ({shown})", run)

@@ -30,6 +30,8 @@ ACTIONS: list[tuple[str, str, str, bool]] = [
     ("settings", "ctrl+s", "Settings", True),
     ("pick_theme", "ctrl+t", "Theme", False),
 ]
+# The app's own actions; every other one acts on the chat and is the ChatScreen's.
+APP_ACTIONS = {"help", "pick_model", "settings", "pick_theme"}
 # Keys a focused text widget would otherwise take.
 PRIORITY = {"f6", "f7", "ctrl+u", "f12"}
 
@@ -38,8 +40,21 @@ def binding_id(action: str) -> str:
     return f"samchat.{action}"
 
 
+def action_target(action: str) -> str:
+    """The action string a binding runs: chat actions go to the screen (the chat screen)."""
+    return action if action in APP_ACTIONS else f"screen.{action}"
+
+
 def app_bindings() -> list[BindingType]:
+    """All of them on the app, so the footer, the keymap and the help list stay in one order."""
     return [
-        Binding(key, action, desc, show=show, id=binding_id(action), priority=key in PRIORITY)
+        Binding(
+            key,
+            action_target(action),
+            desc,
+            show=show,
+            id=binding_id(action),
+            priority=key in PRIORITY,
+        )
         for action, key, desc, show in ACTIONS
     ]

@@ -6,6 +6,7 @@ import argparse
 
 
 def run_tui(args: argparse.Namespace) -> int:
+    from samchat import paths
     from samchat.cli_options import apply_data_dir
     from samchat.tui.app import SamchatApp
 
@@ -20,6 +21,7 @@ def run_tui(args: argparse.Namespace) -> int:
         device=getattr(args, "device", None),
         engine=getattr(args, "engine", None),
         model_options=options,
+        cache_dir=paths.cache_dir(),
     )
     app.run()
     return 0

@@ -1,138 +1,113 @@
-"""Messages that worker threads post to the app (post_message is thread-safe)."""
+"""Messages that worker threads post to the app or the chat screen (post_message is
+thread-safe), and the reply job they carry."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual.message import Message
 
 from samchat.chat.live_stats import LiveStats
-from samchat.tui.messages import MessageView
+from samchat.tui.widgets.message_view import MessageView
 
 if TYPE_CHECKING:
     from samchat.chat.backend import Generator
+    from samchat.chat.service import PendingReply, ReplyRecord
     from samchat.corpus.retrieval import Fitted
     from samchat.models.loader import LoadedModel
 
 
 @dataclass
 class ReplyJob:
-    chat_id: int
-    parent_id: int  # the user message answered
+    """A reply the UI streams: the chat service's pending reply and the view it fills."""
+
+    reply: PendingReply
     view: MessageView
     live: LiveStats
-    model: str
     cancel: threading.Event = field(default_factory=threading.Event)
-    sources: list[dict[str, Any]] = field(default_factory=list)  # put before the question
+
+    @property
+    def chat_id(self) -> int | None:
+        return self.reply.chat_id
 
 
+@dataclass
 class ReplyDelta(Message):
-    def __init__(
-        self,
-        job: ReplyJob,
-        text: str,
-        pieces: list[tuple[str, str]],
-        n: int,
-        sources: list[str],
-        t: float,
-    ) -> None:
-        super().__init__()
-        self.job, self.text, self.pieces, self.n, self.sources, self.t = (
-            job,
-            text,
-            pieces,
-            n,
-            sources,
-            t,
-        )
+    job: ReplyJob
+    text: str
+    pieces: list[tuple[str, str]]  # (text, drafter) runs of `text`
+    n: int  # tokens committed
+    sources: list[str]  # each token's drafter
+    t: float  # when it arrived (perf_counter)
 
 
+@dataclass
 class ReplyStep(Message):
-    def __init__(self, job: ReplyJob, forward_s: float) -> None:
-        super().__init__()
-        self.job, self.forward_s = job, forward_s
+    job: ReplyJob
+    forward_s: float
+    plain: bool  # one row, no draft: the reply's own measure of a plain decoding step
 
 
+@dataclass
 class ReplyFinished(Message):
-    def __init__(
-        self, job: ReplyJob, text: str, finish_reason: str, stats: dict[str, Any], notice: str
-    ) -> None:
-        super().__init__()
-        self.job, self.text, self.finish_reason, self.stats, self.notice = (
-            job,
-            text,
-            finish_reason,
-            stats,
-            notice,
-        )
+    job: ReplyJob
+    record: ReplyRecord
 
 
+@dataclass
 class ReplyFailed(Message):
-    def __init__(self, job: ReplyJob, error: str) -> None:
-        super().__init__()
-        self.job, self.error = job, error
+    job: ReplyJob
+    error: str
 
 
+@dataclass
 class ModelProgress(Message):
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
+    text: str
 
 
+@dataclass
 class ModelLoaded(Message):
-    def __init__(
-        self,
-        lm: LoadedModel,
-        generator: Generator,
-        source: str,
-        device: str,
-        engine: str,
-        warning: str,
-    ) -> None:
-        super().__init__()
-        self.lm, self.generator, self.source, self.device, self.engine, self.warning = (
-            lm,
-            generator,
-            source,
-            device,
-            engine,
-            warning,
-        )
+    lm: LoadedModel
+    generator: Generator
+    source: str
+    device: str
+    engine: str
+    warning: str
 
 
+@dataclass
 class ModelFailed(Message):
-    def __init__(self, error: str) -> None:
-        super().__init__()
-        self.error = error
+    error: str
 
 
+@dataclass
 class Notice(Message):
     """An error from a background thread, shown as a notification."""
 
-    def __init__(self, text: str, title: str) -> None:
-        super().__init__()
-        self.text, self.title = text, title
+    text: str
+    title: str
 
 
+@dataclass
 class IndexProgress(Message):
     """The background indexer syncing the static index with the store."""
 
-    def __init__(self, done: int, total: int) -> None:
-        super().__init__()
-        self.done, self.total = done, total
+    done: int
+    total: int
 
 
+@dataclass
 class SourcesReady(Message):
     """The question with its documents, fitted into the model's context."""
 
-    def __init__(self, chat_id: int | None, question: str, fitted: Fitted) -> None:
-        super().__init__()
-        self.chat_id, self.question, self.fitted = chat_id, question, fitted
+    chat_id: int | None
+    question: str
+    fitted: Fitted
 
 
+@dataclass
 class SourcesFailed(Message):
-    def __init__(self, question: str, error: str) -> None:
-        super().__init__()
-        self.question, self.error = question, error
+    question: str
+    error: str

@@ -23,9 +23,9 @@ def test_the_doc_question_set_loads() -> None:
 
 def test_rag_needs_a_corpus_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = ["bench", "decode", "--questions", str(DATA / "doc_questions.jsonl")]
-    assert main([*base, "--rag"]) == 2
+    assert main([*base, "--rag"]) == 1
     assert "--rag retrieves from --corpus DIR" in capsys.readouterr().err
-    assert main([*base, "--rag", "--corpus", str(tmp_path / "nope")]) == 2
+    assert main([*base, "--rag", "--corpus", str(tmp_path / "nope")]) == 1
     assert "is not a directory" in capsys.readouterr().err
 
 

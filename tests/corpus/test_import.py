@@ -37,17 +37,19 @@ def test_import_directory(tmp_path: Path) -> None:
     with Store.open(tmp_path / "db.sqlite") as store:
         summary = import_paths(store, [lib], progress=lambda d, t, p: seen.append(d))
         assert {p.name for p, _ in summary.documents} == {
-            "readme.md", "guide.rst", "code.py", "paper.pdf"
+            "readme.md", "guide.rst", "code.py", "paper.pdf", "latin.txt"
         }  # fmt: skip
         assert [p.name for p in summary.duplicates] == ["copy.txt"]
-        assert {p.name: r for p, r in summary.skipped} == {
-            "blob.bin": "binary file",
-            "latin.txt": "not UTF-8 text (byte 0xef at offset 2); convert it to UTF-8 first",
-        }
+        assert {p.name: r for p, r in summary.skipped} == {"blob.bin": "binary file"}
         assert (summary.chats, summary.messages) == (1, 4)
         assert seen[-1] == 8 and seen == sorted(seen)
         kinds = {d.title: d.kind for d in store.documents()}
-        assert kinds == {"Readme": "markdown", "Guide": "rst", "code.py": "code", "Automata": "pdf"}
+        assert kinds == {
+            "Readme": "markdown", "Guide": "rst", "code.py": "code", "Automata": "pdf",
+            "latin.txt": "text",
+        }  # fmt: skip
+        latin = next(d for d in store.documents() if d.title == "latin.txt")
+        assert store.document_text(latin.id) == "na\xefve"  # Latin-1, detected
         chat = store.chats()[0]
         assert (chat.title, chat.source, chat.message_count) == ("SAM chat", "chatgpt:conv-1", 4)
         assert [m.content for m in store.thread(chat.id)] == [
@@ -55,8 +57,8 @@ def test_import_directory(tmp_path: Path) -> None:
         ]  # fmt: skip
         # Importing again adds nothing: documents by content hash, chats by conversation id.
         again = import_paths(store, [lib])
-        assert not again.documents and again.chats == 0 and len(again.duplicates) == 6
-        assert store.counts() == {"chats": 1, "messages": 4, "documents": 4}
+        assert not again.documents and again.chats == 0 and len(again.duplicates) == 7
+        assert store.counts() == {"chats": 1, "messages": 4, "documents": 5}
 
 
 def test_token_counts_and_callback(tmp_path: Path) -> None:
@@ -95,7 +97,7 @@ def _cli(tmp_path: Path, *args: str) -> int:
 
 
 def test_cli_bad_inputs_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert _cli(tmp_path, str(tmp_path / "missing")) == 2
+    assert _cli(tmp_path, str(tmp_path / "missing")) == 1
     err = capsys.readouterr().err
     assert err.strip() == f"error: no such file or directory: {tmp_path / 'missing'}"
 
@@ -117,10 +119,10 @@ def test_cli_bad_inputs_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixt
     err = capsys.readouterr().err
     assert f"skipped {bad}: malformed ChatGPT export: expected a list" in err
 
-    latin = tmp_path / "latin.txt"
-    latin.write_bytes(b"\xff\xfe bad")
-    assert _cli(tmp_path, str(latin)) == 1
-    assert f"skipped {latin}: not UTF-8 text (byte 0xff at offset 0)" in capsys.readouterr().err
+    noise = tmp_path / "noise.txt"
+    noise.write_bytes(bytes(range(1, 256)) * 4)
+    assert _cli(tmp_path, str(noise)) == 1
+    assert f"skipped {noise}: not UTF-8 text (byte 0x80 at offset 127)" in capsys.readouterr().err
 
 
 def test_cli_import_history_search_export_rm(
@@ -130,7 +132,7 @@ def test_cli_import_history_search_export_rm(
     data = ["--data-dir", str(tmp_path / "data")]
     assert _cli(tmp_path, str(lib)) == 0
     err = capsys.readouterr().err
-    assert "imported 4 documents and 1 chats (4 messages)" in err and "docs/s" in err
+    assert "imported 5 documents and 1 chats (4 messages)" in err and "docs/s" in err
     assert main(["history", *data]) == 0
     assert "SAM chat" in capsys.readouterr().out
     assert main(["search", "automata", *data]) == 0
@@ -144,8 +146,42 @@ def test_cli_import_history_search_export_rm(
     assert main(["export", "1", "--format", "json", *data]) == 0
     exported = json.loads(capsys.readouterr().out)
     assert len(exported["messages"]) == 4 and len(exported["thread"]) == 3
-    assert main(["rm", "1", *data]) == 2  # no terminal to confirm on, no --yes
+    assert main(["rm", "1", *data]) == 1  # no terminal to confirm on, no --yes
     assert "nothing deleted" in capsys.readouterr().err
     assert main(["rm", "1", "--yes", *data]) == 0
-    assert main(["export", "1", *data]) == 2
+    assert main(["export", "1", *data]) == 1
     assert "there is no chat 1" in capsys.readouterr().err
+
+
+def test_folder_imports_honour_gitignore(tmp_path: Path) -> None:
+    """.gitignore files are obeyed as git does: nested ones, negations, directory patterns, and
+    those above the imported folder within its repository; .git/ is never walked."""
+    repo = tmp_path / "repo"
+    docs = repo / "docs"
+    (docs / "build" / "html").mkdir(parents=True)
+    (docs / "notes" / "drafts").mkdir(parents=True)
+    (repo / ".git" / "objects").mkdir(parents=True)
+    (repo / ".git" / "objects" / "readme.txt").write_text("git internals, never imported")
+    (repo / ".gitignore").write_text("*.log\nsecret.md\n")  # above the imported folder
+    (docs / ".gitignore").write_text("build/\n!keep.log\n")
+    (docs / "notes" / ".gitignore").write_text("# drafts stay private\ndrafts\n*.tmp\n")
+    files = {
+        "guide.md": "# Guide\n\nHow the drafting works.\n",
+        "secret.md": "# Secret\n\nnot for the index\n",
+        "run.log": "a log line\n",
+        "keep.log": "the one log worth keeping\n",
+        "build/html/index.html": "<html><body><p>generated page</p></body></html>",
+        "notes/ideas.txt": "ideas about automata\n",
+        "notes/scratch.tmp": "scratch\n",
+        "notes/drafts/first.txt": "a first draft\n",
+    }
+    for name, text in files.items():
+        (docs / name).write_text(text)
+    with Store.open(tmp_path / "db.sqlite") as store:
+        summary = import_paths(store, [docs])
+        imported = {p.relative_to(docs).as_posix() for p, _ in summary.documents}
+        assert imported == {"guide.md", "keep.log", "notes/ideas.txt"}
+        assert not summary.skipped
+        # A file named explicitly is taken, ignored or not.
+        again = import_paths(store, [docs / "run.log"])
+        assert [p.name for p, _ in again.documents] == ["run.log"]

@@ -71,9 +71,9 @@ def test_pdf_text_layer_and_title(tmp_path: Path) -> None:
     [
         ("image.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary file"),
         (
-            "latin1.txt",
-            "caf\xe9 cr\xe8me".encode("latin-1"),
-            "not UTF-8 text (byte 0xe9 at offset 3)",
+            "noise.txt",
+            bytes(range(1, 256)) * 4,
+            "not UTF-8 text (byte 0x80 at offset 127) and no other encoding fits",
         ),
         ("empty.txt", b"", "empty file"),
         ("blank.md", b"  \n\n\t\n", "only whitespace"),
@@ -94,3 +94,29 @@ def test_oversized_is_skipped_before_reading(tmp_path: Path) -> None:
     with pytest.raises(Skip, match=r"too large \(4\.9 KB > 1\.0 KB limit"):
         read_file(p, max_bytes=1024)
     assert read_file(p, max_bytes=5000).text == "x" * 5000
+
+
+FRENCH = (
+    "Le café de la gare était fermé, mais la boulangère nous a offert des crêpes. "
+    "Nous avons marché jusqu'à l'église où l'on célébrait une fête très animée. "
+    "Après le dîner, les élèves ont répété leur pièce de théâtre préférée.\n"
+)
+RUSSIAN = "Привет! Это проверка кодировки: текст должен читаться правильно, без искажений.\n"
+JAPANESE = "日本語のテキストです。文字コードの検出をテストします。よろしくお願いします。\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "encoding"),
+    [
+        (FRENCH * 3, "cp1252"),
+        (FRENCH * 3, "latin-1"),
+        (RUSSIAN * 4, "cp1251"),
+        (JAPANESE * 4, "shift_jis"),
+        (FRENCH * 3, "utf-16"),  # with its BOM: NUL bytes, yet text
+    ],
+)
+def test_text_in_other_encodings_is_read(tmp_path: Path, text: str, encoding: str) -> None:
+    p = tmp_path / "notes.txt"
+    p.write_bytes(text.encode(encoding))
+    doc = read_file(p)
+    assert doc.text == text and doc.kind == "text"

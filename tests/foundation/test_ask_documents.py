@@ -36,7 +36,7 @@ def test_bad_sources_are_refused_before_anything_is_saved(
         ("--docs",): "no imported documents to search; run `samchat import PATH` first",
     }
     for args, problem in cases.items():
-        assert main(["ask", *args, *data, "What is in it?"]) == 2
+        assert main(["ask", *args, *data, "What is in it?"]) == 1
         [line] = _errors(capsys)
         assert problem in line
     with Store.open(tmp_path / "data" / "samchat.db") as store:
@@ -66,7 +66,7 @@ def test_the_answer_quotes_a_fact_only_the_imported_file_holds(
     assert main(["ask", "--docs", "--json", *base, QUESTION]) == 0
     out = capsys.readouterr().out
     answer = json.loads(out)
-    assert set(answer) == {"text", "stats", "sources"}
+    assert {"text", "stats", "sources"} <= set(answer)
     assert "seven years" in answer["text"]
     source = answer["sources"][0]  # the best passage first; other.txt mentions kettles too
     assert source["title"] == "Kitchen notes" and source["path"].endswith("notes.md")

@@ -31,7 +31,7 @@ def samchat(
 
 
 def assert_clean_error(result: subprocess.CompletedProcess[str], fragment: str) -> None:
-    assert result.returncode == 2, result.stderr
+    assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1, result.stderr

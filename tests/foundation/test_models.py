@@ -83,7 +83,7 @@ def test_bad_sources_raise_one_line_errors(source: str, fragment: str) -> None:
 def test_file_that_is_not_gguf(tmp_path: Path) -> None:
     bogus = tmp_path / "weights.bin"
     bogus.write_bytes(b"\0" * 64)
-    with pytest.raises(ModelLoadError, match=r"not a \.gguf"):
+    with pytest.raises(ModelLoadError, match=r"not a GGUF file \(no GGUF header\)"):
         load_model(ModelSpec(source=str(bogus)))
 
 

@@ -36,5 +36,5 @@ def test_bench_index_small(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def test_bench_index_rejects_tiny_sizes(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "index", "--tokens", "10"]) == 2
+    assert main(["bench", "index", "--tokens", "10"]) == 1
     assert "error: --tokens must be at least 1000" in capsys.readouterr().err

@@ -24,7 +24,7 @@ def serve(home: Path, *args: str, code: str = "pass") -> subprocess.CompletedPro
 
 
 def error_line(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 2, result.stderr
+    assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
     [line] = [x for x in result.stderr.splitlines() if x.startswith("error:")]
     return line

@@ -44,7 +44,7 @@ def test_db_path_with_a_file_for_a_data_dir_is_a_one_line_error(
     monkeypatch.setenv("SAMCHAT_DATA_DIR", str(tmp_path))  # restored after the test
     not_a_dir = tmp_path / "notes.txt"
     not_a_dir.write_text("mine")
-    assert main(["db", "path", "--data-dir", str(not_a_dir)]) == 2
+    assert main(["db", "path", "--data-dir", str(not_a_dir)]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
     assert len(captured.err.strip().splitlines()) == 1 and captured.err.startswith("error: ")

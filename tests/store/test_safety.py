@@ -91,7 +91,7 @@ def test_cli_reports_corrupt_database_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _corrupt(tmp_path / "samchat.db")
-    assert main(["history", "--data-dir", str(tmp_path)]) == 2
+    assert main(["history", "--data-dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: ") and "recover" in err
     assert main(["db", "recover", "--data-dir", str(tmp_path)]) == 0

@@ -9,8 +9,8 @@ from tui_helpers import seed_chat, wait_for
 
 from samchat.store import Store
 from samchat.tui.app import SamchatApp
-from samchat.tui.dialogs import ConfirmScreen, EditorScreen, InputScreen, PickScreen
-from samchat.tui.messages import MessageView
+from samchat.tui.screens.dialogs import ConfirmScreen, EditorScreen, InputScreen, PickScreen
+from samchat.tui.widgets.message_view import MessageView
 
 
 def status_text(app: SamchatApp) -> str:
@@ -35,8 +35,8 @@ async def test_sidebar_lists_chats_newest_first_and_opens_one(
         lst.focus()
         lst.highlighted = 1
         await pilot.press("enter")
-        await wait_for(pilot, lambda: app.chat_id == old)
-        assert [v.content for v in app.chat_view.views()] == ["hi", "hello"]
+        await wait_for(pilot, lambda: app.chat.chat_id == old)
+        assert [v.content for v in app.chat.chat_view.views()] == ["hi", "hello"]
 
 
 async def test_enter_sends_and_ctrl_j_adds_a_newline(
@@ -45,19 +45,19 @@ async def test_enter_sends_and_ctrl_j_adds_a_newline(
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press(*"first", "ctrl+j", *"second")
-        assert app.prompt.text == "first\nsecond"
+        assert app.chat.prompt.text == "first\nsecond"
         await pilot.press("enter")
-        await wait_for(pilot, lambda: app.chat_id is not None)
-        assert app.prompt.text == ""
+        await wait_for(pilot, lambda: app.chat.chat_id is not None)
+        assert app.chat.prompt.text == ""
         assert app.data is not None
-        rows = app.data.thread(app.chat_id)  # type: ignore[arg-type]
+        rows = app.data.thread(app.chat.chat_id)  # type: ignore[arg-type]
         assert [(r.role, r.content) for r in rows] == [("user", "first\nsecond")]
         # No model: the prompt waits, visibly; esc gives up waiting.
-        assert app.pending is not None
+        assert app.chat.pending is not None
         assert "waits for the model" in status_text(app)
         await pilot.press("escape")
-        await wait_for(pilot, lambda: app.pending is None)
-        await wait_for(pilot, lambda: len(app.chat_view.views()) == 1)
+        await wait_for(pilot, lambda: app.chat.pending is None)
+        await wait_for(pilot, lambda: len(app.chat.chat_view.views()) == 1)
         assert "waits" not in status_text(app)
 
 
@@ -66,7 +66,7 @@ async def test_empty_prompt_sends_nothing(make_app: Callable[..., SamchatApp]) -
     async with app.run_test() as pilot:
         await pilot.press("space", "enter")
         await pilot.pause()
-        assert app.chat_id is None
+        assert app.chat.chat_id is None
         assert app.data is not None and app.data.chats() == []
 
 
@@ -84,7 +84,7 @@ async def test_search_finds_a_message_and_opens_its_branch(
         assert len(chat_list_ids(app)) == 1
         await pilot.press("enter")  # search box -> list
         await pilot.press("enter")  # open the hit
-        await wait_for(pilot, lambda: app.chat_id == target)
+        await wait_for(pilot, lambda: app.chat.chat_id == target)
         assert isinstance(app.focused, MessageView)
         assert app.focused.content == "they index substrings"
         # A query with no match says so; clearing it brings the chat list back.
@@ -100,20 +100,20 @@ async def test_new_chat_clears_the_view(make_app: Callable[..., SamchatApp], sto
     chat = seed_chat(store, "A", [("q", "a")])
     app = make_app()
     async with app.run_test() as pilot:
-        await app.open_chat(chat)
-        assert len(app.chat_view.views()) == 2
+        await app.chat.open_chat(chat)
+        assert len(app.chat.chat_view.views()) == 2
         await pilot.press("ctrl+n")
         await pilot.pause()
-        assert app.chat_id is None
-        assert app.chat_view.views() == []
-        assert app.focused is app.prompt
+        assert app.chat.chat_id is None
+        assert app.chat.chat_view.views() == []
+        assert app.focused is app.chat.prompt
 
 
 async def test_rename_chat(make_app: Callable[..., SamchatApp], store: Store) -> None:
     chat = seed_chat(store, "Untitled", [("q", "a")])
     app = make_app()
     async with app.run_test() as pilot:
-        await app.open_chat(chat)
+        await app.chat.open_chat(chat)
         await pilot.press("f2")
         await wait_for(pilot, lambda: isinstance(app.screen, InputScreen))
         app.screen.query_one(Input).value = ""
@@ -129,7 +129,7 @@ async def test_delete_chat_asks_first(make_app: Callable[..., SamchatApp], store
     doomed = seed_chat(store, "Doomed", [("q", "a")])
     app = make_app()
     async with app.run_test() as pilot:
-        await app.open_chat(doomed)
+        await app.chat.open_chat(doomed)
         await pilot.press("f8")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("escape")  # cancelled: nothing deleted
@@ -139,7 +139,7 @@ async def test_delete_chat_asks_first(make_app: Callable[..., SamchatApp], store
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
         await wait_for(pilot, lambda: [c.id for c in store.chats()] == [keep])
-        assert app.chat_id is None
+        assert app.chat.chat_id is None
         assert chat_list_ids(app) == [f"chat-{keep}"]
 
 
@@ -149,7 +149,7 @@ async def test_system_prompt_is_saved_per_chat(
     chat = seed_chat(store, "A", [("q", "a")])
     app = make_app()
     async with app.run_test() as pilot:
-        await app.open_chat(chat)
+        await app.chat.open_chat(chat)
         await pilot.press("f12")
         await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen))
         await pilot.press(*"You are terse.", "ctrl+s")
@@ -171,17 +171,17 @@ async def test_branches_move_between_alternatives(
     second = store.add_message(chat, "assistant", "blue", user)
     app = make_app()
     async with app.run_test() as pilot:
-        await app.open_chat(chat)
-        views = app.chat_view.views()
+        await app.chat.open_chat(chat)
+        views = app.chat.chat_view.views()
         assert [v.content for v in views] == ["pick a colour", "blue"]
         assert views[1].branch == (2, 2)
         assert "‹ 2/2 ›" in str(views[1].query_one(".msg-header", Static).render())
         await pilot.press("ctrl+b")
-        await wait_for(pilot, lambda: app.chat_view.views()[-1].content == "red")
-        assert app.chat_view.views()[-1].message_id == first
-        assert app.chat_view.views()[-1].branch == (1, 2)
+        await wait_for(pilot, lambda: app.chat.chat_view.views()[-1].content == "red")
+        assert app.chat.chat_view.views()[-1].message_id == first
+        assert app.chat.chat_view.views()[-1].branch == (1, 2)
         await pilot.press("ctrl+g")
-        await wait_for(pilot, lambda: app.chat_view.views()[-1].message_id == second)
+        await wait_for(pilot, lambda: app.chat.chat_view.views()[-1].message_id == second)
 
 
 async def test_branch_switch_without_alternatives_says_so(
@@ -190,11 +190,11 @@ async def test_branch_switch_without_alternatives_says_so(
     chat = seed_chat(store, "Linear", [("q", "a")])
     app = make_app()
     async with app.run_test() as pilot:
-        await app.open_chat(chat)
+        await app.chat.open_chat(chat)
         await pilot.press("ctrl+b")
         await pilot.pause()
         assert any("no other branches" in n.message for n in app._notifications)
-        assert [v.content for v in app.chat_view.views()] == ["q", "a"]
+        assert [v.content for v in app.chat.chat_view.views()] == ["q", "a"]
 
 
 async def test_copy_message_and_code_blocks(
@@ -205,10 +205,10 @@ async def test_copy_message_and_code_blocks(
     chat = seed_chat(store, "Code", [("show code", one), ("more", two)])
     app = make_app()
     async with app.run_test() as pilot:
-        await app.open_chat(chat)
+        await app.chat.open_chat(chat)
         await pilot.press("f5")  # newest message
         assert app.clipboard == two
-        views = app.chat_view.views()
+        views = app.chat.chat_view.views()
         views[1].focus()  # the reply with one block
         await pilot.press("f3")
         assert app.clipboard == "print('hi')\n"
@@ -225,7 +225,7 @@ async def test_copy_code_without_code_says_so(
     chat = seed_chat(store, "Prose", [("q", "plain words")])
     app = make_app()
     async with app.run_test() as pilot:
-        await app.open_chat(chat)
+        await app.chat.open_chat(chat)
         await pilot.press("f3")
         await pilot.pause()
         assert any("no code block" in n.message for n in app._notifications)
@@ -248,14 +248,14 @@ async def test_provenance_and_figures_toggle(
     chat = seed_chat(store, "Stats", [("q", reply)], **stats)
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:
-        await app.open_chat(chat)
-        view = app.chat_view.views()[-1]
+        await app.chat.open_chat(chat)
+        view = app.chat.chat_view.views()[-1]
         assert view.spans == [["The ", "plain"], ["answer is ", "dyn"], ["42.", "plain"]]
         figures = view.query_one(".msg-stats", Static)
         assert figures.styles.display == "none"
         await pilot.press("f6")
         await pilot.pause()
-        assert app.chat_view.has_class("-show-stats")
+        assert app.chat.chat_view.has_class("-show-stats")
         assert figures.styles.display == "block"
         text = str(figures.render())
         assert "12.0 tok/s" in text and "MAT 2.00" in text and "speedup 1.70x" in text
@@ -281,18 +281,18 @@ async def test_long_chat_mounts_only_recent_messages(
         chat = seed_chat(store, "Long", turns)
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:
-        await app.open_chat(chat)
+        await app.chat.open_chat(chat)
         await pilot.pause()
-        views = app.chat_view.views()
-        assert len(app.chat_view.rows) == 1200
+        views = app.chat.chat_view.views()
+        assert len(app.chat.chat_view.rows) == 1200
         # Only a page of views is mounted (what keeps opening a long chat quick; the time itself
         # is not asserted: machines differ).
-        assert len(views) == app.chat_view.page
+        assert len(views) == app.chat.chat_view.page
         assert views[-1].content == "answer 599 with **bold** text"
         await pilot.press("ctrl+u")
         await pilot.pause()
-        assert len(app.chat_view.views()) == 2 * app.chat_view.page
-        assert app.chat_view.views()[0].content == f"question {600 - app.chat_view.page}"
+        assert len(app.chat.chat_view.views()) == 2 * app.chat.chat_view.page
+        assert app.chat.chat_view.views()[0].content == f"question {600 - app.chat.chat_view.page}"
 
 
 async def test_keyboard_moves_between_messages_and_acts_on_one(
@@ -315,8 +315,8 @@ async def test_keyboard_moves_between_messages_and_acts_on_one(
     )
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:
-        await app.open_chat(chat)
-        app.prompt.focus()
+        await app.chat.open_chat(chat)
+        app.chat.prompt.focus()
         await pilot.press("ctrl+up")
         assert isinstance(app.focused, MessageView) and app.focused.content == "second answer"
         # A finished reply shows its stored figures and speed trace in the stats bar.
@@ -333,7 +333,7 @@ async def test_keyboard_moves_between_messages_and_acts_on_one(
         await pilot.press("escape")
         await pilot.pause()
         await pilot.press("down", "down", "down")
-        assert app.focused is app.prompt
+        assert app.focused is app.chat.prompt
 
 
 async def test_chat_deleted_elsewhere_is_a_notice_not_a_crash(
@@ -342,7 +342,7 @@ async def test_chat_deleted_elsewhere_is_a_notice_not_a_crash(
     chat = seed_chat(store, "Doomed elsewhere", [("q", "a")])
     app = make_app()
     async with app.run_test() as pilot:
-        await app.open_chat(chat)
+        await app.chat.open_chat(chat)
         store.delete_chat(chat)  # another samchat process, e.g. `samchat history`
         for key in ("f2", "f8", "f4", "ctrl+r"):
             await pilot.press(key)

@@ -14,8 +14,8 @@ from tui_helpers import fixed_config, wait_for
 from samchat.corpus.importer import import_paths
 from samchat.store import Store
 from samchat.tui.app import SamchatApp
-from samchat.tui.documents_screen import DocumentsScreen
-from samchat.tui.import_screen import ImportScreen
+from samchat.tui.screens.documents import DocumentsScreen
+from samchat.tui.screens.import_documents import ImportScreen
 
 FACT = "The warranty of the Aurora kettle lasts seven years from the date of purchase."
 QUESTION = "How long does the Aurora kettle warranty last? Quote the sentence."
@@ -53,14 +53,14 @@ async def test_documents_dialog_attaches_checked_files_only(
         screen.query_one("#docs-retrieval", Checkbox).value = True
         await pilot.click("#docs-done")
         await wait_for(pilot, lambda: not isinstance(app.screen, DocumentsScreen))
-        assert app.documents.retrieval and app.documents.files == [notes]
+        assert app.chat.documents.retrieval and app.chat.documents.files == [notes]
         status = str(app.query_one("#status", Static).render())
         assert "documents on, 1 file attached" in status
         # Without a model nothing is sent: the sources are fitted to the model's context.
-        app.prompt.insert("What is in it?")
+        app.chat.prompt.insert("What is in it?")
         await pilot.press("enter")
         await pilot.pause()
-        assert app.chat_id is None and app.prompt.text == "What is in it?"
+        assert app.chat.chat_id is None and app.chat.prompt.text == "What is in it?"
 
 
 async def test_import_dialog_turns_retrieval_on(
@@ -79,7 +79,7 @@ async def test_import_dialog_turns_retrieval_on(
         app.screen.query_one("#import-use", Checkbox).value = True
         app.screen.query_one("#import-path", Input).value = str(docs)
         await pilot.press("enter")
-        await wait_for(pilot, lambda: app.documents.retrieval, 30)
+        await wait_for(pilot, lambda: app.chat.documents.retrieval, 30)
         assert store.passage_count() == 1
 
 
@@ -97,28 +97,28 @@ async def test_a_reply_answers_from_a_retrieved_passage_and_names_it(
     cfg.sampling["max_new_tokens"] = 40
     app = make_app(lm=default_lm, config=cfg, cost_curve=CostCurve.default(default_lm.device))
     async with app.run_test(size=(120, 40)) as pilot:
-        app.documents.retrieval = True
-        app.prompt.focus()
-        app.prompt.insert(QUESTION)
+        app.chat.documents.retrieval = True
+        app.chat.prompt.focus()
+        app.chat.prompt.insert(QUESTION)
         await pilot.press("enter")
-        await wait_for(pilot, lambda: app.replies_finished == 1, 180)
-        assert app.chat_id is not None
-        question, reply = store.thread(app.chat_id)
+        await wait_for(pilot, lambda: app.chat.replies_finished == 1, 180)
+        assert app.chat.chat_id is not None
+        question, reply = store.thread(app.chat.chat_id)
         # What the model was given is saved, and the chat keeps the question as its title.
         assert FACT in question.content and question.content.endswith(QUESTION)
-        assert store.chat(app.chat_id).title.startswith("How long does the Aurora")
+        assert store.chat(app.chat.chat_id).title.startswith("How long does the Aurora")
         assert "seven years" in reply.content
         [source] = reply.stats["sources"]
         assert source["title"] == "Kitchen notes" and source["path"].endswith("notes.md")
-        user_view, reply_view = app.chat_view.views()
+        user_view, reply_view = app.chat.chat_view.views()
         folded = user_view.query_one(Collapsible)
         assert folded.collapsed and folded.title == "sources (1)"
         used = str(reply_view.query_one(".msg-used", Static).render())
         assert used.startswith("sources: [1] Kitchen notes (")
         # The chat keeps its documents for the next question.
-        assert app.documents.retrieval
+        assert app.chat.documents.retrieval
         # A regenerated reply answers the same question with the same sources.
         await pilot.press("ctrl+r")
-        await wait_for(pilot, lambda: app.replies_finished == 2, 180)
-        again = [m for m in store.messages(app.chat_id) if m.role == "assistant"][-1]
+        await wait_for(pilot, lambda: app.chat.replies_finished == 2, 180)
+        again = [m for m in store.messages(app.chat.chat_id) if m.role == "assistant"][-1]
         assert again.id != reply.id and again.stats["sources"] == [source]

@@ -21,9 +21,9 @@ from samchat.chat.config import (
     save_config,
 )
 from samchat.decoding.params import DecodingConfig, Knob, SamplingParams, knobs, to_mapping
-from samchat.tui import settings_screen
 from samchat.tui.app import SamchatApp
-from samchat.tui.settings_screen import SettingsScreen
+from samchat.tui.screens import settings as settings_screen
+from samchat.tui.screens.settings import SettingsScreen
 
 # Knobs deliberately left out of the settings form, and why.
 NOT_IN_FORM = {

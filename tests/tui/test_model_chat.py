@@ -14,9 +14,9 @@ from tui_helpers import fixed_config, wait_for
 
 from samchat.store import Store
 from samchat.tui.app import SamchatApp
-from samchat.tui.dialogs import EditorScreen
-from samchat.tui.help_screen import HelpScreen
-from samchat.tui.model_screen import ModelScreen
+from samchat.tui.screens.dialogs import EditorScreen
+from samchat.tui.screens.help import HelpScreen
+from samchat.tui.screens.model import ModelScreen
 
 pytestmark = pytest.mark.model
 
@@ -42,8 +42,8 @@ def replies(store: Store, chat_id: int) -> list[Any]:
 
 
 async def send(pilot: Any, app: SamchatApp, text: str) -> None:
-    app.prompt.focus()
-    app.prompt.insert(text)
+    app.chat.prompt.focus()
+    app.chat.prompt.insert(text)
     await pilot.press("enter")
 
 
@@ -54,12 +54,12 @@ async def test_chat_reply_stats_and_stored_copy_agree(
     async with app.run_test(size=(120, 36)) as pilot:
         question = "Repeat after me: the quick brown fox jumps over the lazy dog."
         await send(pilot, app, question)
-        await wait_for(pilot, lambda: app.replies_finished == 1, 120)
-        assert app.job is None
-        assert app.chat_id is not None
-        (stored,) = replies(store, app.chat_id)
-        view = app.chat_view.views()[-1]
-        live = app.last_live
+        await wait_for(pilot, lambda: app.chat.replies_finished == 1, 120)
+        assert app.chat.job is None
+        assert app.chat.chat_id is not None
+        (stored,) = replies(store, app.chat.chat_id)
+        view = app.chat.chat_view.views()[-1]
+        live = app.chat.last_live
         assert live is not None and live.final is not None
         # The reply on screen is the stored reply.
         assert view.content == stored.content and stored.content.strip()
@@ -96,18 +96,20 @@ async def test_stop_keeps_the_partial_reply(
     app = make_app(lm=default_lm, config=config(400), cost_curve=curve)
     async with app.run_test(size=(120, 36)) as pilot:
         await send(pilot, app, "Write a long story about a lighthouse keeper.")
-        await wait_for(pilot, lambda: app.job is not None and app.job.live.tokens >= 3, 120)
+        await wait_for(
+            pilot, lambda: app.chat.job is not None and app.chat.job.live.tokens >= 3, 120
+        )
         assert "generating" in str(app.query_one("#status").render())
         # Streaming: the reply is on screen, and its live figures in the bar, before it ends.
-        assert app.job is not None and app.job.view.content.strip()
+        assert app.chat.job is not None and app.chat.job.view.content.strip()
         assert "streaming" in str(app.query_one("#stats-text", Static).render())
         await pilot.press("escape")
-        await wait_for(pilot, lambda: app.replies_finished == 1, 60)
-        assert app.chat_id is not None
-        (stored,) = replies(store, app.chat_id)
+        await wait_for(pilot, lambda: app.chat.replies_finished == 1, 60)
+        assert app.chat.chat_id is not None
+        (stored,) = replies(store, app.chat.chat_id)
         assert stored.finish_reason == "cancelled"
         assert 3 <= (stored.tokens or 0) < 400
-        assert app.chat_view.views()[-1].content == stored.content
+        assert app.chat.chat_view.views()[-1].content == stored.content
 
 
 async def test_regenerate_branches_and_edit_resends(
@@ -116,29 +118,29 @@ async def test_regenerate_branches_and_edit_resends(
     app = make_app(lm=default_lm, config=config(6), cost_curve=curve)
     async with app.run_test(size=(120, 36)) as pilot:
         await send(pilot, app, "Name a colour.")
-        await wait_for(pilot, lambda: app.replies_finished == 1, 120)
-        chat = app.chat_id
+        await wait_for(pilot, lambda: app.chat.replies_finished == 1, 120)
+        chat = app.chat.chat_id
         assert chat is not None
         await pilot.press("ctrl+r")
-        await wait_for(pilot, lambda: app.replies_finished == 2, 120)
+        await wait_for(pilot, lambda: app.chat.replies_finished == 2, 120)
         first, second = replies(store, chat)
         assert first.parent_id == second.parent_id  # siblings: a new branch
-        views = app.chat_view.views()
+        views = app.chat.chat_view.views()
         assert len(views) == 2 and views[-1].message_id == second.id
         assert views[-1].branch == (2, 2)
         await pilot.press("ctrl+b")
-        await wait_for(pilot, lambda: app.chat_view.views()[-1].message_id == first.id)
+        await wait_for(pilot, lambda: app.chat.chat_view.views()[-1].message_id == first.id)
         # Edit the question: a new user branch with its own reply.
-        app.chat_view.views()[0].focus()
+        app.chat.chat_view.views()[0].focus()
         await pilot.press("f4")
         await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen))
         app.screen.query_one("#dialog-editor").text = "Name a fruit."  # type: ignore[attr-defined]
         await pilot.press("ctrl+s")
-        await wait_for(pilot, lambda: app.replies_finished == 3, 120)
+        await wait_for(pilot, lambda: app.chat.replies_finished == 3, 120)
         users = [m for m in store.messages(chat) if m.role == "user"]
         assert [u.content for u in users] == ["Name a colour.", "Name a fruit."]
         assert users[0].parent_id == users[1].parent_id is None
-        views = app.chat_view.views()
+        views = app.chat.chat_view.views()
         assert [v.role for v in views] == ["user", "assistant"]
         assert views[0].content == "Name a fruit." and views[0].branch == (2, 2)
         assert views[1].message_id == replies(store, chat)[-1].id
@@ -154,7 +156,7 @@ async def test_model_loads_in_a_worker_while_the_ui_works(
     async with app.run_test(size=(120, 36)) as pilot:
         assert app.lm is None and "no model loaded" in str(app.query_one("#status").render())
         await send(pilot, app, "Say hi.")
-        await wait_for(pilot, lambda: app.pending is not None)
+        await wait_for(pilot, lambda: app.chat.pending is not None)
         assert "waits for the model" in str(app.query_one("#status").render())
         await pilot.press("ctrl+l")
         await wait_for(pilot, lambda: isinstance(app.screen, ModelScreen))
@@ -163,12 +165,12 @@ async def test_model_loads_in_a_worker_while_the_ui_works(
         await pilot.press("f1")  # the UI answers while the model loads
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
         await pilot.press("escape")
-        await wait_for(pilot, lambda: app.replies_finished == 1, 180)
+        await wait_for(pilot, lambda: app.chat.replies_finished == 1, 180)
         assert app.model_state == "ready" and app.lm is not None
         assert app.lm is not default_lm and app.lm.name == default_lm.name
         status = str(app.query_one("#status").render())
         assert f"model SmolLM2-135M-Instruct ({app.lm.engine} {app.lm.dtype}, cpu)" in status
-        assert app.chat_id is not None and len(replies(store, app.chat_id)) == 1
+        assert app.chat.chat_id is not None and len(replies(store, app.chat.chat_id)) == 1
 
 
 async def test_the_engine_picked_on_the_model_screen_runs_and_is_saved(
@@ -200,14 +202,14 @@ async def test_a_failed_reply_is_a_notice_and_the_chat_goes_on(
     app = make_app(lm=default_lm, config=config(4), cost_curve=curve)
     async with app.run_test(size=(120, 36)) as pilot:
         await send(pilot, app, "word " * 9000)  # longer than the model's context
-        await wait_for(pilot, lambda: app.job is None and app.chat_id is not None, 120)
-        await wait_for(pilot, lambda: len(app.chat_view.views()) == 1, 30)
+        await wait_for(pilot, lambda: app.chat.job is None and app.chat.chat_id is not None, 120)
+        await wait_for(pilot, lambda: len(app.chat.chat_view.views()) == 1, 30)
         assert any("too long" in n.message for n in app._notifications)
-        assert app.chat_id is not None and replies(store, app.chat_id) == []
+        assert app.chat.chat_id is not None and replies(store, app.chat.chat_id) == []
         # The app still answers the next prompt.
         await pilot.press("ctrl+n")
         await send(pilot, app, "Hi")
-        await wait_for(pilot, lambda: app.replies_finished == 1, 120)
+        await wait_for(pilot, lambda: app.chat.replies_finished == 1, 120)
 
 
 async def test_the_static_index_follows_the_store(
@@ -224,9 +226,9 @@ async def test_the_static_index_follows_the_store(
         keys = {f"msg:{m.id}" for m in store.messages(old)}
         await wait_for(pilot, lambda: keys <= indexer.index.document_ids(), 60)
         await send(pilot, app, "Hello")
-        await wait_for(pilot, lambda: app.replies_finished == 1, 120)
-        assert app.chat_id is not None
-        (reply,) = replies(store, app.chat_id)
+        await wait_for(pilot, lambda: app.chat.replies_finished == 1, 120)
+        assert app.chat.chat_id is not None
+        (reply,) = replies(store, app.chat.chat_id)
         # The finished reply pokes the indexer, which adds it for later drafting.
         await wait_for(pilot, lambda: f"msg:{reply.id}" in indexer.index.document_ids(), 60)
         await wait_for(pilot, lambda: "indexing" not in str(app.query_one("#status").render()))
@@ -263,16 +265,18 @@ async def test_opening_another_chat_while_a_reply_streams(
     async with app.run_test(size=(120, 36)) as pilot:
         try:
             await send(pilot, app, "Count from one to twenty in words.")
-            await wait_for(pilot, lambda: app.job is not None and app.job.live.tokens >= 1, 120)
-            first = app.chat_id
+            await wait_for(
+                pilot, lambda: app.chat.job is not None and app.chat.job.live.tokens >= 1, 120
+            )
+            first = app.chat.chat_id
             assert first is not None
-            await app.open_chat(other)
-            assert [v.content for v in app.chat_view.views()] == ["q", "a"]
-            assert app.replies_finished == 0
+            await app.chat.open_chat(other)
+            assert [v.content for v in app.chat.chat_view.views()] == ["q", "a"]
+            assert app.chat.replies_finished == 0
         finally:
             resume.set()
-        await wait_for(pilot, lambda: app.replies_finished == 1, 120)
-        assert app.chat_id == other
+        await wait_for(pilot, lambda: app.chat.replies_finished == 1, 120)
+        assert app.chat.chat_id == other
         (reply,) = replies(store, first)  # stored in the chat it belongs to
-        await app.open_chat(first)
-        assert app.chat_view.views()[-1].content == reply.content
+        await app.chat.open_chat(first)
+        assert app.chat.chat_view.views()[-1].content == reply.content

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from tui_helpers import fixed_config, wait_for
 
+from samchat.chat.service import ChatService, PendingReply, ReplyRecord
 from samchat.cli import main
 from samchat.decoding import ChatSession, DecodingConfig, ReplyDone, SamplingParams
 from samchat.decoding.budget import CostCurve
@@ -46,6 +47,15 @@ async def test_tui_and_ask_store_the_same_record(
 
     monkeypatch.setattr(ChatSession, "generate", replay)
     monkeypatch.setattr(samchat.models, "load_model", lambda *a, **k: default_lm)
+    # Both front ends save their turn through the chat service.
+    saved: list[int | None] = []
+    finish = ChatService.finish
+
+    def spy(self: ChatService, reply: PendingReply, record: ReplyRecord) -> int | None:
+        saved.append(finish(self, reply, record))
+        return saved[-1]
+
+    monkeypatch.setattr(ChatService, "finish", spy)
 
     ask_dir = tmp_path / "ask-data"
     assert main(["ask", QUESTION, "--data-dir", str(ask_dir)]) == 0
@@ -53,18 +63,20 @@ async def test_tui_and_ask_store_the_same_record(
     with Store.open(ask_dir / "samchat.db") as ask_store:
         [chat] = ask_store.chats()
         ask_reply = ask_store.thread(chat.id)[-1]
+    assert saved == [ask_reply.id]
 
     cfg = fixed_config()
     cfg.sampling["max_new_tokens"] = 24
     app = make_app(lm=default_lm, config=cfg, cost_curve=curve)
     async with app.run_test(size=(120, 36)) as pilot:
-        app.prompt.focus()
-        app.prompt.insert(QUESTION)
+        app.chat.prompt.focus()
+        app.chat.prompt.insert(QUESTION)
         await pilot.press("enter")
-        await wait_for(pilot, lambda: app.replies_finished == 1, 120)
-        assert app.chat_id is not None
-        tui_reply = store.thread(app.chat_id)[-1]
-        shown = app.chat_view.views()[-1]
+        await wait_for(pilot, lambda: app.chat.replies_finished == 1, 120)
+        assert app.chat.chat_id is not None
+        tui_reply = store.thread(app.chat.chat_id)[-1]
+        assert saved == [ask_reply.id, tui_reply.id]
+        shown = app.chat.chat_view.views()[-1]
         # What the view shows is what it stored: text and per-drafter spans.
         assert shown.content == tui_reply.content
         runs = [[len(text), source] for text, source in shown.spans]

@@ -69,15 +69,15 @@ async def test_a_reply_streams_while_the_indexer_is_busy(
         doc = store.add_document("notes.txt", "Notes", "Suffix automata index substrings.", "text")
         app.poke_indexer()
         await wait_for(pilot, gate.entered.is_set, 60)
-        app.prompt.focus()
-        app.prompt.insert("Say hello.")
+        app.chat.prompt.focus()
+        app.chat.prompt.insert("Say hello.")
         await pilot.press("enter")
         # The whole reply streams and is stored while the indexer still holds its flush.
-        await wait_for(pilot, lambda: app.replies_finished == 1, 60)
+        await wait_for(pilot, lambda: app.chat.replies_finished == 1, 60)
         assert not gate.opened.is_set()
         assert app.generator is not None and app.generator.session().static_index is not None
-        assert app.chat_id is not None
-        (reply,) = [m for m in store.messages(app.chat_id) if m.role == "assistant"]
+        assert app.chat.chat_id is not None
+        (reply,) = [m for m in store.messages(app.chat.chat_id) if m.role == "assistant"]
         assert reply.content.strip() and reply.finish_reason in ("eos", "length")
         # Let the indexer go on: it catches up with the store, the document and the new turn.
         gate.opened.set()

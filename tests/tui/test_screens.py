@@ -12,16 +12,17 @@ from typing import Any
 
 import pytest
 from textual.command import CommandPalette
-from textual.widgets import Input, Log, Markdown, ProgressBar, Select
+from textual.widgets import Input, Log, Markdown, OptionList, ProgressBar, Select
 from tui_helpers import fixed_config, seed_chat, wait_for
 
 from samchat.store import Store
-from samchat.tui.app import ACTIONS, SamchatApp
-from samchat.tui.dialogs import InputScreen
-from samchat.tui.help_screen import HelpScreen
-from samchat.tui.import_screen import ImportScreen
-from samchat.tui.model_screen import ModelScreen
-from samchat.tui.settings_screen import SettingsScreen
+from samchat.tui.app import SamchatApp
+from samchat.tui.keys import ACTIONS
+from samchat.tui.screens.dialogs import InputScreen
+from samchat.tui.screens.help import HelpScreen
+from samchat.tui.screens.import_documents import ImportScreen
+from samchat.tui.screens.model import ModelScreen
+from samchat.tui.screens.settings import SettingsScreen
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,7 +76,7 @@ async def test_command_palette_runs_actions(
         titles = {c.title for c in app.get_system_commands(app.screen)}
         for _, _, desc, _ in ACTIONS:
             assert desc in titles or desc == "Theme"
-        await app.open_chat(chat)
+        await app.chat.open_chat(chat)
         await pilot.press("ctrl+p")
         await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette))
         await pilot.press(*"Rename chat")
@@ -183,7 +184,7 @@ async def test_locked_database_write_is_a_notice(
         try:
             await pilot.press(*"hello", "enter")
             await wait_for(pilot, lambda: any("lock" in n.lower() for n in notices(app)), 20)
-            assert app.chat_id is None or app.pending is None
+            assert app.chat.chat_id is None or app.chat.pending is None
         finally:
             locker.rollback()
             locker.close()
@@ -411,3 +412,28 @@ async def test_import_goes_on_after_the_screen_is_closed(
         await wait_for(pilot, lambda: not isinstance(app.screen, ImportScreen))
         await wait_for(pilot, lambda: any("imported 3 documents" in n for n in notices(app)), 30)
         assert len(store.documents()) == 3
+
+
+async def test_model_screen_offers_the_models_found_on_this_machine(
+    make_app: Callable[..., SamchatApp], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The picker lists what `samchat models` lists (here an Ollama store), found by a worker;
+    choosing one returns the source --model takes."""
+    from tests.foundation.test_models_catalog import ollama_store
+
+    ollama_store(tmp_path / "ollama")
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "no-hub"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        chosen: list[tuple[str, str, str] | None] = []
+        await app.push_screen(ModelScreen("", "cpu", [], "auto"), chosen.append)
+        options = app.screen.query_one("#model-list", OptionList)
+        await wait_for(pilot, lambda: options.option_count == 2)
+        found = options.get_option_at_index(1)
+        assert found.id == "model-found-0" and "ollama, gguf" in str(found.prompt)
+        options.focus()
+        options.highlighted = 1
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: chosen == [("ollama:smol", "cpu", "auto")])

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from tui_helpers import fixed_config, seed_chat
+from tui_helpers import fixed_config, seed_chat, wait_for
 
 from samchat.store import Store
 from samchat.tui.app import SamchatApp
@@ -50,9 +50,11 @@ def opener(chat_id: int, *keys: str) -> Callable[[Pilot[Any]], Any]:
     async def run_before(pilot: Pilot[Any]) -> None:
         app = pilot.app
         assert isinstance(app, SamchatApp)
-        await app.open_chat(chat_id)
-        app.prompt.cursor_blink = False  # a blinking cursor would make the picture random
-        app.prompt.focus()
+        # The auto-pilot starts with the app, before its chat screen has composed.
+        await wait_for(pilot, lambda: app.chat.query("#chat-view"))
+        await app.chat.open_chat(chat_id)
+        app.chat.prompt.cursor_blink = False  # a blinking cursor would make the picture random
+        app.chat.prompt.focus()
         if keys:
             await pilot.press(*keys)
         await pilot.pause()

@@ -63,7 +63,11 @@ def test_bundled_themes_include_a_light_one() -> None:
 
 def test_live_figures_then_final_ones() -> None:
     live = LiveStats(started=10.0)
-    live.on_step(0.1)
+    live.on_step(0.05)  # a draft step faster than plain (a lucky timing) does not price plain
+    live.on_delta(2, ["dyn", "plain"], 10.05)
+    assert live.speedup == 0.0  # no plain step timed in this reply yet: unknown
+    live = LiveStats(started=10.0)
+    live.on_step(0.1, plain=True)
     live.on_delta(1, ["plain"], 10.1)
     live.on_step(0.2)  # a 4-token draft step costs twice a plain one here
     live.on_delta(4, ["dyn", "dyn", "tr", "plain"], 10.3)

@@ -65,12 +65,12 @@ class MessageView(Vertical, can_focus=True):
     """A message; assistant replies may stream into it. Focus one to act on it."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up", "app.message_up", "Previous", show=False),
-        Binding("down", "app.message_down", "Next", show=False),
-        Binding("left", "app.branch_prev", "Branch ‹", show=False),
-        Binding("right", "app.branch_next", "Branch ›", show=False),
-        Binding("c", "app.copy_message", "Copy"),
-        Binding("e", "app.edit_message", "Edit"),
+        Binding("up", "screen.message_up", "Previous", show=False),
+        Binding("down", "screen.message_down", "Next", show=False),
+        Binding("left", "screen.branch_prev", "Branch ‹", show=False),
+        Binding("right", "screen.branch_next", "Branch ›", show=False),
+        Binding("c", "screen.copy_message", "Copy"),
+        Binding("e", "screen.edit_message", "Edit"),
     ]
 
     @dataclass
@@ -143,6 +143,11 @@ class MessageView(Vertical, can_focus=True):
 
     def _is_streaming(self) -> bool:
         return getattr(self, "_stream", None) is not None
+
+    def show_branch(self, branch: tuple[int, int]) -> None:
+        """(index, count) among its siblings, as the header's ‹ i/n › shows it."""
+        self.branch = branch
+        self.query_one(".msg-header", Static).update(self.header_text())
 
     # streaming -------------------------------------------------------------
     def start_stream(self) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 from textual.containers import VerticalScroll
 from textual.widgets import Button
 
-from samchat.tui.messages import MessageView
+from samchat.tui.widgets.message_view import MessageView
 
 PAGE = 30  # a few screens of messages; more on request
 

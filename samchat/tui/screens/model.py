@@ -1,5 +1,5 @@
-"""Pick a model (the bundled default, a local directory / .gguf file, or a hub id), the engine
-that runs it and the device."""
+"""Pick a model (the bundled default, one found on this machine, a local directory / GGUF file,
+or a hub id), the engine that runs it and the device."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, Select
 from textual.widgets.option_list import Option
+from textual.worker import Worker, WorkerState
 
 from samchat.engines.base import ENGINES
+from samchat.models.catalog import ModelEntry, list_models
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DEFAULT_LABEL = "default: SmolLM2-135M-Instruct (bundled, offline)"
@@ -30,6 +32,7 @@ class ModelScreen(ModalScreen[tuple[str, str, str] | None]):
         self.device = device if device in DEVICES else "auto"
         self.engine = engine if engine in ENGINES else "auto"
         self.recent = [r for r in recent if r]
+        self.found: list[ModelEntry] = []  # filled by a worker: scanning caches takes a while
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog -wide", id="model-dialog"):
@@ -67,11 +70,29 @@ class ModelScreen(ModalScreen[tuple[str, str, str] | None]):
 
     def on_mount(self) -> None:
         self.query_one("#model-source", Input).focus()
+        self.run_worker(list_models, thread=True, name="model-catalog", exit_on_error=False)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The models `samchat models` lists (Hugging Face cache, Ollama, LM Studio, GGUF files
+        used before) join the list once the scan ends; a failed scan only leaves them out."""
+        if event.worker.name != "model-catalog" or event.state != WorkerState.SUCCESS:
+            return
+        entries: list[ModelEntry] = event.worker.result or []
+        shown = {"", *self.recent}
+        self.found = [e for e in entries if e.source not in shown]
+        self.query_one("#model-list", OptionList).add_options(
+            Option(_label(e), id=f"model-found-{i}") for i, e in enumerate(self.found)
+        )
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
-        option_id = event.option.id or ""
-        source = "" if option_id == "model-default" else self.recent[int(option_id.rsplit("-")[-1])]
+        kind, _, index = (event.option.id or "").removeprefix("model-").partition("-")
+        if kind == "recent":
+            source = self.recent[int(index)]
+        elif kind == "found":
+            source = self.found[int(index)].source
+        else:
+            source = ""
         self.query_one("#model-source", Input).value = source
         self._accept()
 
@@ -90,3 +111,8 @@ class ModelScreen(ModalScreen[tuple[str, str, str] | None]):
             self._accept()
         else:
             self.dismiss(None)
+
+
+def _label(entry: ModelEntry) -> str:
+    size = f", {entry.size / 1e9:.1f} GB" if entry.size else ""
+    return f"{entry.name} ({entry.origin}, {entry.format}{size})"

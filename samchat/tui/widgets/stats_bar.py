@@ -9,19 +9,24 @@ from textual.widgets import Sparkline, Static
 
 from samchat.chat.live_stats import DRAFTERS, LiveStats
 from samchat.chat.record import TRACE_POINTS
-from samchat.tui.messages import PROVENANCE_STYLES
+from samchat.tui.widgets.message_view import PROVENANCE_STYLES
 
 SPARK_POINTS = TRACE_POINTS  # the live sparkline shows what a stored reply keeps
 
 
 def stats_content(stats: LiveStats, status: str) -> Content:
     shares = stats.shares()
+    speedup = stats.speedup
+    if speedup > 0:
+        shown = (f"{speedup:.2f}x", "bold $success" if speedup >= 1 else "bold $warning")
+    else:
+        shown = ("–", "bold")  # no plain step timed in this reply yet
     parts: list[str | tuple[str, str]] = [
         (f"{stats.tokens_per_s:.1f}", "bold"),
         " tok/s · MAT ",
         (f"{stats.mat:.2f}", "bold"),
         " · ",
-        (f"{stats.speedup:.2f}x", "bold $success" if stats.speedup >= 1 else "bold $warning"),
+        shown,
         " · ",
     ]
     for name in DRAFTERS:

@@ -1,0 +1,31 @@
+"""`samchat config path|show`: where config.toml is, and the settings in effect."""
+
+from __future__ import annotations
+
+import argparse
+
+import tomlkit
+
+from samchat.chat.config import config_path, load_config
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "path":
+        print(config_path())
+        return 0
+    # show: the file's settings with every default filled in (a bad file is one error line)
+    data = load_config().to_toml_dict()
+    data["sampling"] = {
+        k: list(v) if isinstance(v, tuple) else v for k, v in data["sampling"].items()
+    }
+    print(f"# {config_path()} with every default filled in")
+    print(tomlkit.dumps(data), end="")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "config", help="config.toml: path (where it is) | show (the settings in effect, as TOML)"
+    )
+    p.add_argument("action", choices=("path", "show"))
+    p.set_defaults(func=run)

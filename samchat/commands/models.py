@@ -1,0 +1,47 @@
+"""`samchat models [--json]`: the models already on this machine, and what --model takes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.table import Table
+
+from samchat.commands._support import add_data_dir, out_console
+from samchat.models.catalog import list_models
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GB"
+
+
+def run(args: argparse.Namespace) -> int:
+    entries = list_models()
+    if args.json:
+        print(json.dumps([e.to_dict() for e in entries], indent=1))
+        return 0
+    table = Table(box=None, pad_edge=False)
+    for column in ("--model", "from", "format", "size"):
+        table.add_column(column, overflow="fold")
+    table.add_column("path", overflow="fold")
+    for e in entries:
+        table.add_row(e.source or "(default)", e.origin, e.format, _size(e.size), e.path)
+    out_console.print(table)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "models",
+        help="list local models: Hugging Face cache, Ollama, LM Studio, GGUF files used before",
+    )
+    p.add_argument("--json", action="store_true", help="print a JSON list")
+    add_data_dir(p)  # GGUF files loaded before are remembered there
+    p.set_defaults(func=run)
