@@ -13,6 +13,7 @@ configuration's plain decoding runs too: it is the yardstick of that configurati
 
 from __future__ import annotations
 
+import functools
 import json
 import tempfile
 import time
@@ -59,6 +60,9 @@ class Run:
     steps_by: dict[str, int] = field(default_factory=dict)
     committed_by: dict[str, int] = field(default_factory=dict)
     tokens_by: dict[str, int] = field(default_factory=dict)
+    # The forwards' cost on the engine's measured cost curve, in one-token forwards: what the
+    # cost model predicts, without the time spent outside forwards.
+    cost: float = 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -143,7 +147,11 @@ class Results:
                 )
                 steps = sum(runs[q].steps for q in qids)
                 committed = sum(runs[q].committed for q in qids)
-                by = _by_drafter([runs[q] for q in qids])
+                by: dict[str, Any] = _by_drafter([runs[q] for q in qids])
+                cost = sum(runs[q].cost for q in qids)
+                if by and cost > 0:
+                    # committed tokens per one-token forward's worth of verification cost
+                    by["predicted_vs_plain"] = round(committed / cost, 3)
                 rows[category] = {
                     **by,
                     "tokens_per_s": round(speed, 2),
@@ -515,11 +523,13 @@ class DecodeBench:
 
         ids: list[int] = []
         steps = 0
+        session = self.sessions[key]
         start = time.perf_counter()
-        for event in self.sessions[key].generate(messages, self.params):
+        for event in session.generate(messages, self.params):
             if isinstance(event, TextDelta):
                 ids.extend(event.token_ids)
             elif isinstance(event, StepStats):
+                run.cost += self._curves[key].rel(event.draft_size + 1)
                 d = event.drafter
                 run.steps_by[d] = run.steps_by.get(d, 0) + 1
                 run.committed_by[d] = run.committed_by.get(d, 0) + event.accepted + 1
@@ -531,6 +541,12 @@ class DecodeBench:
                     ids.append(lm.eos_ids[0])
         seconds = time.perf_counter() - start
         return ids, seconds, steps
+
+    @functools.cached_property
+    def _curves(self) -> dict[str, Any]:
+        """Each session's engine's measured cost curve (what `predicted_vs_plain` prices steps
+        with, whatever curve the sessions plan with)."""
+        return {key: s.engine.cost_curve() for key, s in self.sessions.items()}
 
     def _torch_pld(self, lm: Any, messages: list[dict[str, str]]) -> tuple[list[int], float, int]:
         """transformers' own prompt lookup decoding on the same model."""
@@ -663,20 +679,23 @@ def llama_pld(lm: Any) -> Any:
 
 
 def format_table(table: Table) -> str:
-    """Markdown: the overall row of every method, then speed, speedup, MAT and identical
-    replies per category (one column per method)."""
+    """Markdown: the overall row of every method (with the speedup over plain its MAT and step
+    sizes predict on the measured cost curve, "cost model"), then speed, speedup, MAT and
+    identical replies per category (one column per method)."""
     methods = list(table)
     lines = [
-        "| method | tok/s | vs plain | vs best plain | MAT | identical |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| method | tok/s | vs plain | vs best plain | MAT | cost model | identical |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for m in methods:
         r = table[m].get("overall")
         if r:
+            predicted = r.get("predicted_vs_plain")
             lines.append(
                 f"| {m} | {r['tokens_per_s']:.1f} | {r['speedup_vs_plain']:.2f}x | "
                 f"{r['speedup_vs_best_plain']:.2f}x | {r['mat']:.2f} | "
-                f"{r['identical']}/{r['questions']} |"
+                + (f"{predicted:.2f}x" if predicted else "-")
+                + f" | {r['identical']}/{r['questions']} |"
             )
     categories = [
         c for c in dict.fromkeys(c for rows in table.values() for c in rows) if c != "overall"

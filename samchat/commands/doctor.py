@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import platform
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 from samchat import __version__
@@ -25,7 +27,7 @@ def report() -> list[tuple[str, str]]:
 
     from samchat import paths
     from samchat.engines.cpu import cpu_flags, cpu_name
-    from samchat.models.default import bundled_gguf, converted_dir
+    from samchat.models.default import converted_dir, default_gguf_source
     from samchat.models.device import resolve_device
 
     rows: list[tuple[str, str]] = [
@@ -43,13 +45,15 @@ def report() -> list[tuple[str, str]]:
     rows.append(("cpu flags", " ".join(cpu_flags()) or "none reported"))
     rows.extend(_llamacpp_rows())
     try:
-        rows.append(("default model (gguf)", str(bundled_gguf())))
+        gguf, source = default_gguf_source()
+        rows.append(("default model (gguf)", f"{gguf} (from {source})"))
     except SamchatError as exc:
         rows.append(("default model (gguf)", f"missing: {exc}"))
     converted = converted_dir()
     state = "ready" if (converted / "model.safetensors").exists() else "converted on first use"
     rows.append(("default model (converted)", f"{converted} ({state})"))
     rows.append(("SAM core", _sam_backend()))
+    rows.extend(_kernel_rows(paths.cache_dir()))
     rows.append(("data dir", str(paths.data_dir())))
     rows.append(("cache dir", str(paths.cache_dir())))
     rows.append(("config dir", str(paths.config_dir())))
@@ -79,6 +83,23 @@ def _llamacpp_rows() -> list[tuple[str, str]]:
     return rows
 
 
+def _kernel_rows(cache: Path) -> list[tuple[str, str]]:
+    """The torch kernels measured fastest on this machine, per model and dtype (chosen at a
+    model's first reply, cached with its cost curve)."""
+    from samchat.decoding.budget import cached_kernel_plans
+
+    plans = cached_kernel_plans(cache / "costs")
+    if not plans:
+        return [("torch kernels", "not measured yet (chosen by timing at a model's first reply)")]
+    return [
+        (
+            f"torch kernels ({about.get('model') or '?'}, {about.get('dtype') or '?'})",
+            plan.describe(),
+        )
+        for about, plan in plans
+    ]
+
+
 def _enabled_features(info: str) -> str:
     """'CPU : SSE3 = 1 | AVX = 1 | AVX512 = 0 | ...' -> 'SSE3 AVX ...' (the ones that are on)."""
     names = []
@@ -102,6 +123,9 @@ def _sam_backend() -> str:
 
 def run(args: argparse.Namespace) -> int:
     rows = report()
+    if getattr(args, "json", False):
+        print(json.dumps(dict(rows), indent=1))
+        return 0
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
         print(f"{label:<{width}}  {value}")
@@ -112,4 +136,5 @@ def register(sub: Any) -> None:
     parser = sub.add_parser(
         "doctor", help="show versions, device, CPU, engine, model and SAM core in use"
     )
+    parser.add_argument("--json", action="store_true", help="print one JSON object, label: value")
     parser.set_defaults(func=run)

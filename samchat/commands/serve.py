@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from samchat import paths
 from samchat.cli_options import add_data_dir_option, add_model_options, spec_from_args
 from samchat.decoding.params import DecodingConfig, knob_of
 from samchat.errors import SamchatError
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         spec = spec_from_args(args, engine=_configured_engine(args))
         lm = load_model(spec, progress=lambda msg: print(f"[{msg}]", file=sys.stderr))
         options = ServeOptions(args.host, args.port, args.api_key, args.save, decoding)
-        serve(lm, sock, options, db_path)
+        serve(lm, sock, options, db_path, paths.cache_dir())
     finally:
         sock.close()
     return 0

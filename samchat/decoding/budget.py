@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from samchat.decoding.kernels import KernelPlan, measure_kernels, plan_from
+
 if TYPE_CHECKING:
     from samchat.engines.base import Engine
 
@@ -23,7 +25,7 @@ log = logging.getLogger(__name__)
 
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 # Bumped when the verification forward changes, so cached curves of the old path are re-measured.
-CURVE_VERSION = 2
+CURVE_VERSION = 3
 # A cached curve above this at 4 inputs was measured under heavy load: measure again.
 _PLAUSIBLE_REL4 = 3.0
 # The model's own kernels on the reference 2-core CPU (ENVIRONMENT.md): a conservative stand-in
@@ -36,10 +38,14 @@ class CostCurve:
     """Relative cost of verifying n input tokens in one forward (1.0 for n = 1).
 
     A `fixed` curve is not refined from the forwards decoding times (a curve given on purpose:
-    the benchmark's simulated flat GPU-like costs, or one read from a file)."""
+    the benchmark's simulated flat GPU-like costs, or one read from a file). `kernels` is the
+    plan the torch engine measured the curve with (kernels.py; None elsewhere)."""
 
-    def __init__(self, points: dict[int, float], fixed: bool = False) -> None:
+    def __init__(
+        self, points: dict[int, float], fixed: bool = False, kernels: KernelPlan | None = None
+    ) -> None:
         self.fixed = fixed
+        self.kernels = kernels
         xs = sorted(points)
         # Not forced monotone: on a CPU some sizes really are cheaper than smaller ones (the
         # BLAS kernel a shape gets), and the choosers weigh every size against its own cost.
@@ -113,13 +119,15 @@ def _sync(device: torch.device) -> None:
 
 @torch.inference_mode()
 def measure_cost_curve(
-    model: Any, device: torch.device, context: int = 256, reps: int = 5
+    model: Any, device: torch.device, context: int = 256, reps: int = 4
 ) -> CostCurve:
-    """Time forwards of 1, 2, 4 ... 64 new tokens after `context` cached tokens.
+    """Time forwards of 1, 2, 4 ... 64 new tokens after `context` cached tokens, on each kernel
+    candidate (kernels.py), and keep the fastest per size: the curve is relative to the
+    fastest one-row forward, and carries the plan as `kernels`.
 
-    Sizes are interleaved round by round and each keeps its median time, so that bursts of
-    load from other processes hit all sizes alike (the fastest of a few runs is a lucky draw
-    that flatters single-token forwards most)."""
+    Sizes and kernels are interleaved round by round and each keeps its median time, so that
+    bursts of load from other processes hit all alike (the fastest of a few runs is a lucky
+    draw that flatters single-token forwards most)."""
     from samchat.decoding.forward import ModelForward
     from samchat.decoding.kvcache import KVCache
 
@@ -130,19 +138,19 @@ def measure_cost_curve(
     ctx = torch.randint(0, vocab, (1, context), generator=gen).to(device)
     forward(ctx, kv.cache, last_only=True)
     inputs = {n: torch.randint(0, vocab, (1, n), generator=gen).to(device) for n in SIZES}
-    samples: dict[int, list[float]] = {n: [] for n in SIZES}
-    for rnd in range(reps + 1):  # round 0 warms up
-        for n in SIZES:
-            _sync(device)
-            t0 = time.perf_counter()
-            forward(inputs[n], kv.cache)
-            _sync(device)
-            dt = time.perf_counter() - t0
-            kv.crop(context)
-            if rnd > 0:
-                samples[n].append(dt)
-    med = {n: sorted(ts)[len(ts) // 2] for n, ts in samples.items()}
-    return CostCurve({n: t / med[1] for n, t in med.items()})
+
+    def run(n: int, kernel: str) -> float:
+        forward.plan = KernelPlan.only(kernel)
+        _sync(device)
+        t0 = time.perf_counter()
+        forward(inputs[n], kv.cache)
+        _sync(device)
+        dt = time.perf_counter() - t0
+        kv.crop(context)
+        return dt
+
+    plan, med = measure_kernels(run, SIZES, forward.candidates, reps)
+    return CostCurve({n: t / med[1] for n, t in med.items()}, kernels=plan)
 
 
 def measure_engine(engine: Engine, vocab: int, context: int = 256, reps: int = 5) -> CostCurve:
@@ -224,27 +232,61 @@ class CostTracker:
 
 
 def load_or_measure(
-    measure: Callable[[], CostCurve], cache_file: Path, progress: Any = None
+    measure: Callable[[], CostCurve],
+    cache_file: Path | None,
+    progress: Any = None,
+    about: dict[str, str] | None = None,
 ) -> CostCurve:
-    """The curve cached in cache_file, measured once if missing or unreadable."""
+    """The curve cached in cache_file, measured once if missing or unreadable (every time
+    without a file). `about` (what was measured: model, dtype, CPU...) is saved with it for
+    `samchat doctor`."""
     try:
+        if cache_file is None:
+            raise FileNotFoundError("no cache file")
         data = json.loads(cache_file.read_text())
         if data.get("version") == CURVE_VERSION:
-            curve = CostCurve({int(k): float(v) for k, v in data["relative_cost"].items()})
+            kernels = plan_from(data["kernels"]) if "kernels" in data else None
+            points = {int(k): float(v) for k, v in data["relative_cost"].items()}
+            curve = CostCurve(points, kernels=kernels)
             if min(curve.ys) > 0 and curve.rel(4) <= _PLAUSIBLE_REL4:
                 return curve
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, ArithmeticError):
         pass  # unreadable or degenerate: measure again
+    message = "measuring this machine's verification cost (once per model)…"
     if progress is not None:
-        progress("measuring verification cost on this device")
+        progress(message)
+    else:  # samchat/cli.py shows it on stderr
+        log.info(message)
     curve = measure()
+    if cache_file is None:
+        return curve
     try:
         cache_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        payload = {"version": CURVE_VERSION, "relative_cost": curve.to_dict()}
+        payload: dict[str, Any] = {"version": CURVE_VERSION, "relative_cost": curve.to_dict()}
+        if curve.kernels is not None:
+            payload["kernels"] = curve.kernels.to_dict()
+        if about:
+            payload["about"] = about
         cache_file.write_text(json.dumps(payload, indent=1))
     except OSError as exc:  # a read-only cache only costs a re-measure next time
         log.warning("could not save the cost curve to %s: %s", cache_file, exc)
     return curve
+
+
+def cached_kernel_plans(costs_dir: Path) -> list[tuple[dict[str, str], KernelPlan]]:
+    """The kernel plans measured on this machine so far (what each was measured for, the
+    plan), from the cost cache: `samchat doctor` shows them."""
+    found: list[tuple[dict[str, str], KernelPlan]] = []
+    for path in sorted(costs_dir.glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+            plan = plan_from(data["kernels"]) if data.get("version") == CURVE_VERSION else None
+            about = {str(k): str(v) for k, v in dict(data.get("about", {})).items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if plan is not None:
+            found.append((about, plan))
+    return found
 
 
 # Acceptance of SAM sequence drafts, by match-length bucket: prior per-token acceptance rate.

@@ -8,9 +8,10 @@ both stream the same weights once:
 - grouped-query attention with a mask copies every layer's cached keys and values to repeat
   them per query head; packing the query heads of a group into one sequence avoids the copy.
 
-Both apply only inside `verifying()` and only to inputs of more than one token, so a plain
-step, a prefill and anything else that runs the model (transformers' generate) keep the
-model's own code. Results differ from the stock kernels by float rounding only (~1e-5).
+Both apply only inside `verifying()`, which ModelForward enters for the inputs its kernel plan
+(kernels.py, measured on this machine) gives them; a prefill and anything else that runs the
+model (transformers' generate) keep the model's own code. Results differ from the stock
+kernels by float rounding only (~1e-5).
 """
 
 from __future__ import annotations
@@ -32,22 +33,28 @@ _registered = False
 
 
 def active() -> bool:
-    return bool(getattr(_state, "on", False))
+    """Any fast kernel on in this thread."""
+    return bool(getattr(_state, "linear", False) or getattr(_state, "attention", False))
 
 
 @contextmanager
-def verifying() -> Iterator[None]:
-    """Run multi-token forwards of patched models on the fast kernels (this thread only)."""
-    prev = active()
-    _state.on = True
+def verifying(linear: bool = True, attention: bool = True) -> Iterator[None]:
+    """Run forwards of patched models on the chosen fast kernels (this thread only)."""
+    prev = (getattr(_state, "linear", False), getattr(_state, "attention", False))
+    _state.linear, _state.attention = linear, attention
     try:
         yield
     finally:
-        _state.on = prev
+        _state.linear, _state.attention = prev
 
 
 def _linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    if active() and x.dim() == 3 and x.shape[0] == 1 and 1 < x.shape[1] <= MAX_ROWS:
+    if (
+        getattr(_state, "linear", False)
+        and x.dim() == 3
+        and x.shape[0] == 1
+        and x.shape[1] <= MAX_ROWS
+    ):
         y = torch.mm(self.weight, x[0].t()).t()
         if self.bias is not None:
             y = y + self.bias
@@ -69,7 +76,7 @@ def _attention(
     rep = int(getattr(module, "num_key_value_groups", 1))
     b, heads, n, dim = query.shape
     plain = (
-        not active()
+        not getattr(_state, "attention", False)
         or n == 1
         or n > MAX_ROWS
         or rep == 1

@@ -1,11 +1,12 @@
 """One model forward over new tokens with the KV cache, giving logits for every new position.
 
 Verifying a draft needs logits at every draft position, and on a CPU the output projection
-(vocab x hidden, e.g. 49152 x 576) dominates: h @ W^T for a handful of rows runs as a GEMM that
-is ~2x slower than W @ h^T, which streams the weight matrix once. For plain Llama-style heads
-(a bias-free Linear, no logit scaling or soft-capping) samchat computes multi-row logits as
-W @ h^T; single rows keep the model's own path, exactly what plain decoding runs. On a CPU the
-decoder's own linears and attention get the same treatment (see fastpath.py).
+(vocab x hidden, e.g. 49152 x 576) dominates: h @ W^T for a handful of rows can run as a GEMM
+~2x slower than W @ h^T, which streams the weight matrix once. For plain Llama-style heads (a
+bias-free Linear, no logit scaling or soft-capping) samchat can compute logits as W @ h^T, and
+on a CPU give the decoder's own linears and attention the same treatment (fastpath.py). Which
+input sizes take which kernels is measured per machine (kernels.py); plain steps, one row,
+take the fastest one-row kernel, so speculative speedups are against the fastest plain.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import torch
 
 from samchat.decoding import fastpath
+from samchat.decoding.kernels import DEFAULT_PLAN, STOCK_PLAN, KernelPlan
 from samchat.decoding.kvcache import cache_kwarg
 
 _PLAIN_HEADS = frozenset(
@@ -23,6 +25,9 @@ _PLAIN_HEADS = frozenset(
 
 
 class ModelForward:
+    """`plan` picks each input size's kernels (kernels.py): the engine sets the one measured on
+    this machine; until then multi-row inputs take the fast kernels and one row the model's."""
+
     def __init__(self, model: Any) -> None:
         import inspect
 
@@ -46,6 +51,15 @@ class ModelForward:
             self.decoder = decoder
             self.decoder_kwarg = cache_kwarg(decoder)
             self.weight: torch.Tensor = head.weight
+        self.plan: KernelPlan = DEFAULT_PLAN if self.fast else STOCK_PLAN
+
+    def candidates(self, n: int) -> tuple[str, ...]:
+        """The kernels worth timing for n inputs."""
+        if not self.fast:
+            return ("stock",)
+        if n == 1 or not self.patched:  # one query row, or no patched decoder: no GQA packing
+            return ("stock", "wht")
+        return ("stock", "wht", "wht+gqa")
 
     def __call__(
         self,
@@ -62,11 +76,15 @@ class ModelForward:
         if pos is not None:
             kwargs["position_ids"] = pos
         n = ids.shape[1]
-        if self.fast and n > 1 and not last_only:
-            kwargs[self.decoder_kwarg] = cache
-            with fastpath.verifying():
-                hidden = self.decoder(input_ids=ids, **kwargs).last_hidden_state[0]
-            return torch.mm(self.weight, hidden.t()).t().contiguous()
+        if self.fast and not last_only and n <= fastpath.MAX_ROWS:
+            linear, attention = self.plan.flags(n)
+            if linear or attention:
+                kwargs[self.decoder_kwarg] = cache
+                with fastpath.verifying(linear, attention):
+                    hidden = self.decoder(input_ids=ids, **kwargs).last_hidden_state[0]
+                if linear:
+                    return torch.mm(self.weight, hidden.t()).t().contiguous()
+                return torch.nn.functional.linear(hidden, self.weight)
         kwargs[self.kwarg] = cache
         if last_only and self.logits_to_keep:
             kwargs["logits_to_keep"] = 1

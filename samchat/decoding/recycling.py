@@ -92,13 +92,14 @@ class TokenRecyclingDrafter(Drafter):
         self._refresh()
 
     @classmethod
-    def for_model(cls, lm: Any) -> TokenRecyclingDrafter:
-        from samchat.paths import cache_dir
-
+    def for_model(cls, lm: Any, cache_dir: Path | None = None) -> TokenRecyclingDrafter:
+        """The table of lm, kept under cache_dir across sessions (None: this session only)."""
         vocab = int(lm.vocab_size)
+        if cache_dir is None:
+            return cls(vocab, K)
         ident = f"{getattr(lm, 'source', '')}|{getattr(lm, 'name', '')}|{vocab}"
         digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
-        return cls(vocab, K, cache_dir() / "token_recycling" / f"{digest}.npy")
+        return cls(vocab, K, cache_dir / "token_recycling" / f"{digest}.npy")
 
     # -- persistence --------------------------------------------------------------------------
 

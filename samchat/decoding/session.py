@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -49,12 +50,16 @@ class ChatSession:
         config: DecodingConfig | None = None,
         static_index: Any = None,
         cost_curve: CostCurve | None = None,
+        cache_dir: Path | None = None,
     ) -> None:
+        """cache_dir: where what is measured on this machine (cost curves and kernels, the
+        Token Recycling table) is kept across sessions; None keeps it in this process only."""
         self.lm = lm
+        self.cache_dir = cache_dir
         self.config = config or DecodingConfig()
         self.config.validate()
         self._tok = lm.tokenizer
-        self._engine: Engine = open_engine(lm)
+        self._engine: Engine = open_engine(lm, cache_dir)
         self._device: torch.device = self._engine.device
         self._eos = frozenset(int(i) for i in lm.eos_ids)
         self._cached: list[int] = []  # the tokens whose keys/values the cache holds, in order
@@ -68,8 +73,8 @@ class ChatSession:
         self._acceptance = AcceptanceModel()
         self._curve = cost_curve
         self._tracker: CostTracker | None = None
-        self._t1: float | None = None  # one-token forward time (EMA of plain steps)
         self._since_plain = 0  # steps since the last plain one
+        self._told_inexact = False
         self.prompt_rows: tuple[list[int], torch.Tensor] | None = None
         self._static_index = static_index
         self._dyn: Drafter | None = None
@@ -229,7 +234,7 @@ class ChatSession:
         if cfg.uses_tr:
             if self.aux_drafter is None and not self._aux_tried:
                 self._aux_tried = True
-                self.aux_drafter = _make_recycling(self.lm)
+                self.aux_drafter = _make_recycling(self.lm, self.cache_dir)
             aux = self.aux_drafter
         return dyn, static, aux
 
@@ -313,7 +318,12 @@ class ChatSession:
     ) -> tuple[Reply, _Drafting | None]:
         """Fit and prefill the prompt, start the drafters."""
         t_start = time.perf_counter()
+        self._engine.fit()
         prompt, notice = self._fit(messages, params)
+        inexact = self._engine.inexact_reason
+        if inexact and not self._told_inexact and self.config.method != "plain":
+            self._told_inexact = True  # once per session: every reply would be noise
+            notice = f"{notice}; {inexact}" if notice else inexact
         reused = self.prefill_tokens(prompt, self._prompt_logit_rows())
         drafting = self._begin_drafting(prompt)
         # Setup (drafters, a first cost-curve measurement) counts as prefill, not decoding.
@@ -413,13 +423,15 @@ class ChatSession:
         if tail is not None:
             yield tail
         seconds = time.perf_counter() - reply.t_decode
-        # The one-token forward time after `seconds`: a calibration forward is no decoding.
+        # The speedup estimate prices the reply's tokens at a one-token forward timed under the
+        # same load: this reply's plain steps, else one forward now (after `seconds`: no
+        # decoding). Another reply's timing would compare different loads (15x and 0.08x seen).
+        t1 = 0.0
         if reply.n_plain:
             t1 = reply.forward_plain / reply.n_plain
-            self._t1 = t1 if self._t1 is None else 0.7 * self._t1 + 0.3 * t1
-        elif self._t1 is None and reply.finish != "cancelled":
-            self._t1 = self._calibrate(reply.pending)
-        yield reply.done(seconds, self._t1 or 0.0)
+        elif reply.finish != "cancelled":
+            t1 = self._calibrate(reply.pending)
+        yield reply.done(seconds, t1)
 
 
 class _Drafting:
@@ -473,7 +485,7 @@ def _make_static(index: Any, config: DecodingConfig) -> Drafter | None:
     return StaticSamDrafter(index, context=config.static_context, tree_topk=config.static_tree_topk)
 
 
-def _make_recycling(lm: Any) -> Drafter | None:
+def _make_recycling(lm: Any, cache_dir: Path | None) -> Drafter | None:
     from samchat.decoding.recycling import TokenRecyclingDrafter
 
-    return TokenRecyclingDrafter.for_model(lm)
+    return TokenRecyclingDrafter.for_model(lm, cache_dir)

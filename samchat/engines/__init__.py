@@ -6,6 +6,7 @@ which one runs."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from samchat.engines.base import ENGINES, Engine
@@ -13,12 +14,13 @@ from samchat.engines.base import ENGINES, Engine
 __all__ = ["ENGINES", "Engine", "open_engine"]
 
 
-def open_engine(lm: Any) -> Engine:
-    """A fresh engine (its own KV cache) over the loaded model's weights."""
+def open_engine(lm: Any, cache_dir: Path | None = None) -> Engine:
+    """A fresh engine (its own KV cache) over the loaded model's weights; it keeps what it
+    measures on this machine under cache_dir (None: in this process only)."""
     if getattr(lm, "engine", "torch") == "llamacpp":
         from samchat.engines.llamacpp import LlamaCppEngine
 
-        return LlamaCppEngine(lm)
+        return LlamaCppEngine(lm, cache_dir=cache_dir)
     from samchat.engines.torch_engine import TorchEngine
 
-    return TorchEngine(lm)
+    return TorchEngine(lm, cache_dir)

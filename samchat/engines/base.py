@@ -26,6 +26,8 @@ class Engine(Protocol):
     # Why drafting is limited (None = trees and sequences both work).
     plain_reason: str | None
     tree_reason: str | None
+    # Why greedy speculative output may differ from plain decoding here (None = identical).
+    inexact_reason: str | None
 
     @property
     def length(self) -> int: ...
@@ -46,6 +48,10 @@ class Engine(Protocol):
     def commit(self, start: int, keep: list[int]) -> None:
         """After forward() at cache length `start`: keep inputs keep[0] < keep[1] < ... (an
         accepted path, 0 first) as rows start, start + 1, ...; drop the other inputs."""
+
+    def fit(self) -> None:
+        """Before a reply: choose kernels by measurement where the engine has a choice (once
+        per model and machine, then cached); a no-op where it has none."""
 
     def cost_curve(self) -> CostCurve:
         """The relative cost of verifying n inputs in one forward, on this machine (measured

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,12 +38,14 @@ _CURVES_LOCK = threading.Lock()
 class LlamaCppEngine:
     name = "llamacpp"
 
-    def __init__(self, lm: Any, n_ctx: int | None = None) -> None:
+    def __init__(self, lm: Any, n_ctx: int | None = None, cache_dir: Path | None = None) -> None:
         self.lm = lm
+        self.cache_dir = cache_dir  # where measured costs are kept (None: this process only)
         self.weights = lm.model
         self.device = torch.device("cpu")
         self.plain_reason: str | None = self.weights.plain_reason
         self.tree_reason: str | None = None
+        self.inexact_reason: str | None = None  # rows equal one-token decoding (Q8_0 cache)
         lib = llama()
         self._lib = lib
         self.n_vocab = int(self.weights.n_vocab)
@@ -236,9 +239,11 @@ class LlamaCppEngine:
 
     # -- cost and description ------------------------------------------------------------------
 
+    def fit(self) -> None:
+        """llama.cpp picks its own kernels (at build time, and by repacking at load)."""
+
     def cost_curve(self) -> CostCurve:
         from samchat.engines.cpu import cpu_name
-        from samchat.paths import cache_dir
 
         path = self.weights.path
         ident = f"llamacpp|{version()}|{cpu_name()}|{threads()}|{path.resolve()}"
@@ -256,7 +261,9 @@ class LlamaCppEngine:
                     finally:
                         probe.close()
 
-                curve = load_or_measure(measure, cache_dir() / "costs" / f"{digest}.json")
+                cache = self.cache_dir
+                file = cache / "costs" / f"{digest}.json" if cache is not None else None
+                curve = load_or_measure(measure, file)
                 _CURVES[digest] = curve
         return curve
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import weakref
+import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -11,27 +12,42 @@ import torch
 from samchat.decoding import fastpath
 from samchat.decoding.budget import CostCurve, load_or_measure, measure_cost_curve
 from samchat.decoding.forward import ModelForward
+from samchat.decoding.kernels import DEFAULT_PLAN
 from samchat.decoding.kvcache import KVCache
 
 if TYPE_CHECKING:
     from samchat.decoding.tree import TreeLayout
 
-# Per model object and device, weakly: an id() key could be reused by a later model.
-_CURVES: weakref.WeakKeyDictionary[Any, dict[str, CostCurve]] = weakref.WeakKeyDictionary()
+# Measured curves (with their kernel plans) by what they were measured on (_digest), so that
+# every model loaded from the same weights in this process shares one measurement.
+_CURVES: dict[str, CostCurve] = {}
+_CURVES_LOCK = threading.Lock()
 
 
 class TorchEngine:
     name = "torch"
 
-    def __init__(self, lm: Any) -> None:
+    def __init__(self, lm: Any, cache_dir: Path | None = None) -> None:
         self.lm = lm
+        self.cache_dir = cache_dir  # where measured costs are kept (None: this process only)
         self.model = lm.model
         self.device: torch.device = lm.device
         self.dtype: torch.dtype = next(self.model.parameters()).dtype
         self._kv = KVCache(self.model)
         self._fwd = ModelForward(self.model)
+        self._params = sum(p.numel() for p in self.model.parameters())
         self.plain_reason: str | None = None
         self.tree_reason: str | None = None
+        self.inexact_reason: str | None = None
+        if self.dtype in (torch.bfloat16, torch.float16):
+            # Measured (docs/benchmarks.md): in bfloat16 on a CPU, 11 of 13 greedy sam+tr
+            # replies differed from plain ones; a multi-row forward rounds differently from a
+            # one-row one, and half precision turns that into different tokens.
+            name = str(self.dtype).removeprefix("torch.")
+            self.inexact_reason = (
+                f"in {name}, drafted replies can differ from plain decoding (verification rounds "
+                "differently); use --dtype float32 for identical output"
+            )
         impl = str(getattr(self.model.config, "_attn_implementation", None) or "eager")
         if not self._kv.compactable:
             self.plain_reason = "its KV cache layers (sliding window or other) cannot be compacted"
@@ -77,26 +93,56 @@ class TorchEngine:
     def commit(self, start: int, keep: list[int]) -> None:
         self._kv.compact(start, keep)
 
-    def cost_curve(self) -> CostCurve:
-        per_device = _CURVES.setdefault(self.model, {})
-        key = str(self.device)
-        curve = per_device.get(key)
-        if curve is None:
-            from samchat.paths import cache_dir
+    def fit(self) -> None:
+        """Take the kernels measured fastest on this machine for each input size (measured with
+        the cost curve, once per model, dtype, CPU and torch version, then cached)."""
+        if self._fwd.fast:
+            self._fwd.plan = self.cost_curve().kernels or DEFAULT_PLAN
 
-            lm = self.lm
-            ident = f"{getattr(lm, 'source', '')}|{getattr(lm, 'name', '')}"
-            ident += f"|{self.device}|{self.dtype}"
-            digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
-            model, device = self.model, self.device
-            curve = load_or_measure(
-                lambda: measure_cost_curve(model, device),
-                cache_dir() / "costs" / f"{digest}.json",
-            )
-            per_device[key] = curve
+    def _about(self) -> dict[str, str]:
+        """What a measurement is of: it holds for every model object loaded from the same
+        weights, in the same dtype, on the same device, CPU and torch."""
+        from samchat.engines.cpu import cpu_name
+
+        lm = self.lm
+        return {
+            "engine": "torch",
+            "model": str(getattr(lm, "name", "")),
+            "source": str(getattr(lm, "source", "")),
+            "shape": f"{type(self.model).__name__}, {self._params} parameters",
+            "device": str(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "cpu": cpu_name(),
+            "torch": torch.__version__,
+        }
+
+    def _digest(self) -> str:
+        return hashlib.sha256("|".join(self._about().values()).encode()).hexdigest()[:16]
+
+    def cost_curve(self) -> CostCurve:
+        digest = self._digest()
+        with _CURVES_LOCK:  # one measurement at a time: two would disturb each other
+            curve = _CURVES.get(digest)
+            if curve is None:
+                model, device = self.model, self.device
+                cache = self.cache_dir
+                curve = load_or_measure(
+                    lambda: measure_cost_curve(model, device),
+                    cache / "costs" / f"{digest}.json" if cache is not None else None,
+                    about=self._about(),
+                )
+                _CURVES[digest] = curve
         return curve
 
     def describe(self) -> str:
-        kernels = "W @ hᵀ verification" if self._fwd.fast else "the model's own kernels"
         dtype = str(self.dtype).removeprefix("torch.")
-        return f"torch {torch.__version__} ({dtype} on {self.device}, {kernels})"
+        return f"torch {torch.__version__} ({dtype} on {self.device}; kernels: {self.kernels()})"
+
+    def kernels(self) -> str:
+        """The kernel plan in words, or why there is none yet."""
+        if not self._fwd.fast:
+            return "the model's own"
+        curve = _CURVES.get(self._digest())
+        if curve is None or curve.kernels is None:
+            return "chosen by measurement at the first reply"
+        return curve.kernels.describe()

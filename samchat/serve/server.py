@@ -99,8 +99,15 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def serve(lm: LoadedModel, sock: socket.socket, options: ServeOptions, db_path: Path) -> None:
-    """Serve `lm` on `sock` until SIGINT/SIGTERM."""
+def serve(
+    lm: LoadedModel,
+    sock: socket.socket,
+    options: ServeOptions,
+    db_path: Path,
+    cache_dir: Path | None = None,
+) -> None:
+    """Serve `lm` on `sock` until SIGINT/SIGTERM; what is measured on this machine (costs,
+    Token Recycling's table) is kept under cache_dir."""
     from samchat.chat.backend import Generator, start_indexer
 
     def index_failed(exc: Exception) -> None:  # the indexer's thread; replies draft without it
@@ -109,7 +116,7 @@ def serve(lm: LoadedModel, sock: socket.socket, options: ServeOptions, db_path: 
     indexer = start_indexer(lm, db_path, index_failed)
     worker: EngineWorker | None = None
     try:
-        generator = Generator(lm, options.decoding, indexer)
+        generator = Generator(lm, options.decoding, indexer, cache_dir=cache_dir)
         generator.prepare()  # the cost curve now, not in the first reply
         history = History(db_path, lm.name, indexer.poke) if options.save else None
         worker = EngineWorker(lambda m, p, c: generator.session().generate(m, p, c), history)

@@ -158,8 +158,25 @@ def test_table_compares_each_method_with_its_own_plain_and_the_best_plain() -> N
     assert [r["identical"] for r in (lc, ls, tp, ts)] == [2, 2, 2, 1]
     assert table["torch:sam+tr"]["code"]["identical"] == 0
     text = format_table(table)
-    assert "| torch:sam+tr | 8.0 | 4.00x | 2.00x | 1.00 | 1/2 |" in text
+    assert "| torch:sam+tr | 8.0 | 4.00x | 2.00x | 1.00 | - | 1/2 |" in text
     assert "| qa | 4.0, 1.00x, 1.00, 1/1 |" in text
+
+
+def test_the_cost_model_prices_each_step_on_the_measured_curve() -> None:
+    """predicted_vs_plain: committed tokens per one-token forward's worth of cost."""
+    q = Question("1", "qa", ("x",))
+    results = Results(("torch:plain", "torch:sam+tr"))
+    plain = _run([1, 2, 3, 4, 5, 6], 1.0)
+    plain.steps_by, plain.committed_by, plain.cost = {"plain": 6}, {"plain": 6}, 6.0
+    results.add("torch:plain", q, plain)
+    spec = Run(6, 0.5, 2, [1, 2, 3, 4, 5, 6], committed=6)
+    # two steps of 4 inputs (3 draft tokens each, all accepted), each costing 1.5 one-token ones
+    spec.steps_by, spec.committed_by, spec.cost = {"dyn": 2}, {"dyn": 6}, 3.0
+    results.add("torch:sam+tr", q, spec)
+    table = results.table()
+    assert table["torch:plain"]["overall"]["predicted_vs_plain"] == 1.0
+    assert table["torch:sam+tr"]["overall"]["predicted_vs_plain"] == 2.0
+    assert "| torch:sam+tr | 12.0 | 2.00x | 2.00x | 3.00 | 2.00x | 1/1 |" in format_table(table)
 
 
 def test_bad_command_line_values_are_one_line_errors(
@@ -210,7 +227,11 @@ def test_bench_decode_writes_table_json_and_chart(tmp_path: Path, default_lm: ob
         assert set(data[method]) == {"writing", "qa", "overall"}
         overall = data[method]["overall"]
         # Methods that run through a session also say how each kind of step did.
-        by_drafter = {"accepted_by", "mat_by", "steps_by"} if method != "torch:pld" else set()
+        by_drafter = (
+            {"accepted_by", "mat_by", "steps_by", "predicted_vs_plain"}
+            if method != "torch:pld"
+            else set()
+        )
         assert set(overall) == KEYS | by_drafter
         assert overall["questions"] == 2
         assert overall["tokens_per_s"] > 0
@@ -218,6 +239,8 @@ def test_bench_decode_writes_table_json_and_chart(tmp_path: Path, default_lm: ob
         # greedy decoding is lossless: every method reproduces plain decoding exactly
         assert overall["identical"] == 2
     assert data["torch:plain"]["overall"]["mat_by"] == {"plain": 1.0}
+    assert data["torch:plain"]["overall"]["predicted_vs_plain"] == 1.0
+    assert data["torch:sam+tr"]["overall"]["predicted_vs_plain"] > 0
     by = data["torch:sam+tr"]["overall"]
     assert abs(sum(by["accepted_by"].values()) - 1.0) < 0.01
     steps = sum(by["steps_by"].values())
@@ -288,7 +311,8 @@ def test_bench_decode_compares_engines(tmp_path: Path, capsys: pytest.CaptureFix
         assert set(data[method]) == {"qa", "overall"}
         row = data[method]["overall"]
         pld = method.endswith(":pld")  # not run through a session: no per-drafter figures
-        assert set(row) == KEYS | (set() if pld else {"accepted_by", "mat_by", "steps_by"})
+        session_keys = {"accepted_by", "mat_by", "steps_by", "predicted_vs_plain"}
+        assert set(row) == KEYS | (set() if pld else session_keys)
         assert row["questions"] == 2 and row["tokens_per_s"] > 0 and row["mat"] >= 1.0
         assert 0 <= row["identical"] <= 2
         cells = f"{row['identical']}/{row['questions']} |"

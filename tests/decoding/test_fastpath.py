@@ -11,6 +11,7 @@ import torch
 
 from samchat.decoding import fastpath
 from samchat.decoding.forward import ModelForward
+from samchat.decoding.kernels import DEFAULT_PLAN, KernelPlan
 from samchat.decoding.kvcache import KVCache, cache_kwarg
 from samchat.decoding.tree import DraftTree
 from tests.decoding.conftest import make_tiny_llama
@@ -105,18 +106,60 @@ def test_fast_verification_without_grouped_heads(monkeypatch: pytest.MonkeyPatch
     _compare(model, list(range(3, 30)), tree, atol=1e-4, monkeypatch=monkeypatch)
 
 
-def test_plain_single_token_forwards_keep_the_models_own_kernels() -> None:
+def test_plain_single_token_forwards_keep_the_models_own_kernels_by_default() -> None:
     model = make_tiny_llama()
     forward = ModelForward(model)
+    assert forward.plan == DEFAULT_PLAN and forward.plan.kernel(1) == "stock"
     kv = KVCache(model)
     ids = torch.tensor([[7]])
     with torch.inference_mode():
         forward(torch.tensor([list(range(3, 20))]), kv.cache, last_only=True)
-        with fastpath.verifying():
-            inside = forward(ids, kv.cache)
+        inside = forward(ids, kv.cache)
         kv.crop(17)
         outside = _stock_logits(model, ids, kv.cache, None, None)
-    assert torch.equal(inside, outside)  # bit for bit: plain decoding is the reference
+    assert torch.equal(inside, outside)  # bit for bit: the model's own path
+
+
+@pytest.mark.parametrize("kernel", ["wht", "wht+gqa"])
+def test_a_plan_gives_one_row_the_fast_linears(
+    kernel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where W @ hᵀ is measured fastest for one row, plain steps run it too."""
+    model = make_tiny_llama()
+    forward = ModelForward(model)
+    forward.plan = KernelPlan.only(kernel)
+    kv = KVCache(model)
+    ids = torch.tensor([[7]])
+    with torch.inference_mode():
+        forward(torch.tensor([list(range(3, 20))]), kv.cache, last_only=True)
+        spy = _Spy(monkeypatch)
+        fast = forward(ids, kv.cache)
+        assert spy.linear_rows == []  # no linear ran through F.linear
+        assert len(spy.attn_queries) == model.config.num_hidden_layers  # one query: stock sdpa
+        monkeypatch.undo()
+        kv.crop(17)
+        stock = _stock_logits(model, ids, kv.cache, None, None)
+    assert torch.allclose(fast, stock, atol=1e-4, rtol=0)
+    assert torch.equal(fast.argmax(-1), stock.argmax(-1))
+
+
+def test_a_stock_plan_keeps_multi_row_inputs_on_the_models_own_kernels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = make_tiny_llama()
+    forward = ModelForward(model)
+    forward.plan = KernelPlan.of({1: "wht", 4: "stock", 8: "wht"})
+    kv = KVCache(model)
+    with torch.inference_mode():
+        forward(torch.tensor([list(range(3, 20))]), kv.cache, last_only=True)
+        spy = _Spy(monkeypatch)
+        forward(torch.tensor([[5, 6, 7]]), kv.cache)  # 3 rows: the 4-row choice, stock
+        linears = len(spy.linear_rows)
+        kv.crop(17)
+        forward(torch.tensor([[5, 6, 7, 8, 9, 10]]), kv.cache)  # 6 rows: W @ hᵀ
+        monkeypatch.undo()
+    assert linears > 0 and all(r == 3 for r in spy.linear_rows[:linears])
+    assert len(spy.linear_rows) == linears  # the 6-row forward used no F.linear
 
 
 def test_verifying_flag_is_scoped_and_survives_errors() -> None:

@@ -1,0 +1,183 @@
+"""What samchat's torch engine does on a GPU: run on a machine with CUDA, in well under 8 minutes.
+
+    python scripts/gpu_check.py [--device cuda] [--json out.json] [--quick]
+
+Reports, as Markdown (and JSON with --json):
+- the verification cost curve (time of n new tokens after 512 cached ones, relative to one) of a
+  randomly initialised ~1B Llama shape in bf16 built on the device, and of the default model;
+- the time per step spent outside the forward (drafting, acceptance, bookkeeping), in ms;
+- greedy equality of speculative (sam+tr) against plain decoding of the default model, in bf16
+  and fp32, token for token, on real prompts;
+- whether bitsandbytes 4-bit loading works (CUDA only).
+
+On a CPU (`--device cpu --quick`) it runs the same code on small shapes: the test suite does,
+so the script keeps working where no GPU is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PROMPTS = (
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "List the planets of the solar system in order from the sun.",
+    "Explain in two sentences why the sky is blue.",
+    "Translate to French: The cat sleeps on the warm windowsill.",
+)
+# A ~1B Llama (TinyLlama-like shape); --quick shrinks it for CPU runs.
+BIG = {
+    "hidden_size": 2048,
+    "intermediate_size": 5632,
+    "num_hidden_layers": 22,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+}
+SMALL = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+}
+
+
+def random_llama(device: torch.device, dtype: torch.dtype, quick: bool) -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=32000, max_position_embeddings=4096, attn_implementation="sdpa",
+        **(SMALL if quick else BIG),
+    )  # fmt: skip
+    with torch.device(device):
+        model = LlamaForCausalLM(config).to(dtype)
+    return model.eval()
+
+
+def cost_curve(model: Any, device: torch.device, quick: bool) -> dict[str, Any]:
+    from samchat.decoding.budget import measure_cost_curve
+
+    t0 = time.perf_counter()
+    curve = measure_cost_curve(model, device, context=64 if quick else 512, reps=1 if quick else 4)
+    return {
+        "relative_cost": {k: round(v, 3) for k, v in curve.to_dict().items()},
+        "kernels": curve.kernels.describe() if curve.kernels else None,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def decode(lm: Any, method: str, prompt: str, max_new: int) -> tuple[list[int], float, float, int]:
+    """One greedy reply: (token ids, seconds, seconds in forwards, steps)."""
+    from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepStats, TextDelta
+
+    session = ChatSession(lm, DecodingConfig(method=method))
+    params = SamplingParams(max_new_tokens=max_new, temperature=0.0)
+    messages = [{"role": "user", "content": prompt}]
+    for _ in session.generate(messages, SamplingParams(max_new_tokens=2, temperature=0.0)):
+        pass  # loads the lazy parts and fits the kernels before anything is timed
+    ids: list[int] = []
+    forward = 0.0
+    steps = 0
+    t0 = time.perf_counter()
+    for event in session.generate(messages, params):
+        if isinstance(event, TextDelta):
+            ids.extend(event.token_ids)
+        elif isinstance(event, StepStats):
+            forward += event.forward_s
+            steps += 1
+    return ids, time.perf_counter() - t0, forward, steps
+
+
+def equality(device: str, dtype: str, quick: bool) -> dict[str, Any]:
+    from samchat.models.loader import ModelSpec, load_model
+
+    lm = load_model(ModelSpec(engine="torch", device=device, dtype=dtype))
+    max_new = 24 if quick else 128
+    prompts = PROMPTS[:1] if quick else PROMPTS
+    same = 0
+    overhead_ms: list[float] = []
+    for prompt in prompts:
+        plain, _, _, _ = decode(lm, "plain", prompt, max_new)
+        spec, seconds, forward, steps = decode(lm, "sam+tr", prompt, max_new)
+        same += plain == spec
+        if steps:
+            overhead_ms.append(1000 * (seconds - forward) / steps)
+    return {
+        "dtype": dtype,
+        "identical": f"{same}/{len(prompts)}",
+        "all_identical": same == len(prompts),
+        "overhead_ms_per_step": round(sorted(overhead_ms)[len(overhead_ms) // 2], 2)
+        if overhead_ms
+        else None,
+    }
+
+
+def bnb_4bit(device: torch.device) -> str:
+    if device.type != "cuda":
+        return "not checked (needs CUDA)"
+    from samchat.errors import SamchatError
+    from samchat.models.loader import ModelSpec, load_model
+
+    try:
+        lm = load_model(ModelSpec(engine="torch", device="cuda", quantize="4bit"))
+        ids, _, _, _ = decode(lm, "sam+tr", PROMPTS[0], 16)
+    except SamchatError as exc:
+        return f"failed: {exc}"
+    return f"ok ({len(ids)} tokens decoded)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--quick", action="store_true", help="small shapes and short replies")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("error: no CUDA device here; pass --device cpu", file=sys.stderr)
+        return 1
+    bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    out: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "big_model_dtype": "bfloat16" if bf16 or device.type == "cpu" else "float16",
+    }
+    big_dtype = torch.bfloat16 if out["big_model_dtype"] == "bfloat16" else torch.float16
+    out["random_1b_curve"] = cost_curve(
+        random_llama(device, big_dtype, args.quick), device, args.quick
+    )
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    from samchat.models.loader import ModelSpec, load_model
+
+    default = load_model(ModelSpec(engine="torch", device=args.device))
+    out["default_model_curve"] = cost_curve(default.model, device, args.quick)
+    del default
+    out["equality"] = [equality(args.device, dt, args.quick) for dt in ("bfloat16", "float32")]
+    out["bitsandbytes_4bit"] = bnb_4bit(device)
+    print(f"# gpu_check on {out['device']} (torch {out['torch']})\n")
+    for name in ("random_1b_curve", "default_model_curve"):
+        curve = out[name]
+        print(f"## {name} ({curve['seconds']} s to measure; kernels: {curve['kernels']})")
+        print("| n | " + " | ".join(curve["relative_cost"]) + " |")
+        print("|---|" + "---|" * len(curve["relative_cost"]))
+        print("| rel | " + " | ".join(str(v) for v in curve["relative_cost"].values()) + " |\n")
+    for eq in out["equality"]:
+        print(
+            f"- default model {eq['dtype']}: sam+tr identical to plain {eq['identical']}, "
+            f"{eq['overhead_ms_per_step']} ms per step outside the forward"
+        )
+    print(f"- bitsandbytes 4-bit: {out['bitsandbytes_4bit']}")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return 0 if all(eq["all_identical"] for eq in out["equality"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
