@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 from samchat import __version__
 from samchat import commands as commands_pkg
-from samchat.cli_options import add_data_dir_option, add_model_options, apply_data_dir
+from samchat.cli_options import add_data_dir_option, add_model_options
 from samchat.errors import SamchatError
 
 EXIT_OK = 0
@@ -131,7 +131,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         parser = build_parser(with_commands=not wants_app(argv))
         args = parser.parse_args(argv)
-        apply_data_dir(args)
         if args.command is None:
             from samchat.tui.launch import run_tui
 

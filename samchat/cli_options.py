@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
+from pathlib import Path
 
+from samchat import paths
 from samchat.engines.base import ENGINES
+from samchat.errors import SamchatError
 from samchat.models.device import DEVICES, DTYPES
 from samchat.models.loader import ModelSpec
 
@@ -51,11 +53,34 @@ def add_data_dir_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def apply_data_dir(args: argparse.Namespace) -> None:
-    """--data-dir wins over SAMCHAT_DATA_DIR, which wins over the platform default."""
-    data_dir = getattr(args, "data_dir", None)
-    if data_dir:
-        os.environ["SAMCHAT_DATA_DIR"] = str(data_dir)
+def apply_data_dir(args: argparse.Namespace) -> Path:
+    """Resolve the data directory once: --data-dir wins over SAMCHAT_DATA_DIR, which wins over
+    the platform default. It is kept as `args.data_path` and passed down from there (the store
+    path, the index next to it): nothing below the commands reads it again."""
+    resolved = getattr(args, "data_path", None)
+    if isinstance(resolved, Path):
+        return resolved
+    given = getattr(args, "data_dir", None)
+    try:
+        if given:
+            resolved = Path(given).expanduser()
+            paths.private_dir(resolved)
+        else:
+            resolved = paths.data_dir()
+    except OSError as exc:
+        where = exc.filename or given or "the data directory"
+        raise SamchatError(
+            f"cannot use the data directory {where}: {exc.strerror}; pass --data-dir"
+        ) from None
+    args.data_path = resolved
+    return resolved
+
+
+def store_path(args: argparse.Namespace) -> Path:
+    """The database file of the resolved data directory."""
+    from samchat.store.store import DB_NAME
+
+    return apply_data_dir(args) / DB_NAME
 
 
 def spec_from_args(args: argparse.Namespace, engine: str = "auto") -> ModelSpec:

@@ -34,7 +34,7 @@ class ChatData:
         self.store = store
 
     @classmethod
-    def open(cls, path: Path | None = None) -> ChatData:
+    def open(cls, path: Path) -> ChatData:
         from samchat.store import Store
 
         try:

@@ -43,10 +43,9 @@ def add_model(parser: argparse.ArgumentParser) -> None:
 
 
 def open_store(args: argparse.Namespace) -> Store:
-    from samchat.cli_options import apply_data_dir
+    from samchat.cli_options import store_path
 
-    apply_data_dir(args)  # also when given after the sub-command
-    return Store.open()
+    return Store.open(store_path(args))  # --data-dir also when given after the sub-command
 
 
 def open_index(store: Store, args: argparse.Namespace) -> IndexManager:

@@ -14,7 +14,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from samchat.cli_options import add_data_dir_option, add_model_options, spec_from_args
+from samchat.cli_options import (
+    add_data_dir_option,
+    add_model_options,
+    spec_from_args,
+    store_path,
+)
 from samchat.decoding.params import DecodingConfig, Knob, KnobError, SamplingParams, knob_of
 from samchat.errors import SamchatError
 
@@ -168,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
 
     question = _read_prompt(args.prompt)
     settings = _settings(args)  # a bad config.toml fails here, before anything else
-    with Store.open() as store:
+    with Store.open(store_path(args)) as store:
         service = ChatService(ChatData(store), save=not args.no_save)
         # The chat so far (a missing --chat, or -c with no chat yet, fails here), then the
         # sources: all before the model loads.

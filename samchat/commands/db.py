@@ -7,7 +7,7 @@ import argparse
 
 from samchat.commands._support import add_data_dir, err_console, out_console
 from samchat.errors import StoreError
-from samchat.store import Store, deep_check, default_path, recover
+from samchat.store import Store, deep_check, recover
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,11 +24,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     import sqlite3
 
-    from samchat.cli_options import apply_data_dir
+    from samchat.cli_options import store_path
     from samchat.store.connection import translate
 
-    apply_data_dir(args)
-    path = default_path()
+    path = store_path(args)
     if args.action == "path":
         print(path.absolute())  # exactly the path, for `sqlite-utils tables "$(samchat db path)"`
         if not path.exists():
@@ -51,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             f"{counts['documents']} documents)"
         )
         return 0
-    result = recover(path)  # drops index/ next to it: data_dir()/index, see index_root()
+    result = recover(path)  # drops index/ next to it (see corpus.indexing.index_root)
     if not result.readable:
         err_console.print(f"nothing in {result.moved_to} could be read; started a new database")
     else:

@@ -21,8 +21,9 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
-def report() -> list[tuple[str, str]]:
-    """What doctor prints, as (label, value) rows; no model weights are loaded."""
+def report(data_dir: Path | None = None) -> list[tuple[str, str]]:
+    """What doctor prints, as (label, value) rows; no model weights are loaded. data_dir: the
+    resolved one (--data-dir), else the default."""
     import torch
 
     from samchat import paths
@@ -54,7 +55,7 @@ def report() -> list[tuple[str, str]]:
     rows.append(("default model (converted)", f"{converted} ({state})"))
     rows.append(("SAM core", _sam_backend()))
     rows.extend(_kernel_rows(paths.cache_dir()))
-    rows.append(("data dir", str(paths.data_dir())))
+    rows.append(("data dir", str(data_dir or paths.data_dir())))
     rows.append(("cache dir", str(paths.cache_dir())))
     rows.append(("config dir", str(paths.config_dir())))
     return rows
@@ -122,7 +123,9 @@ def _sam_backend() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    rows = report()
+    from samchat.cli_options import apply_data_dir
+
+    rows = report(apply_data_dir(args))
     if getattr(args, "json", False):
         print(json.dumps(dict(rows), indent=1))
         return 0

@@ -8,7 +8,12 @@ import sys
 from typing import Any
 
 from samchat import paths
-from samchat.cli_options import add_data_dir_option, add_model_options, spec_from_args
+from samchat.cli_options import (
+    add_data_dir_option,
+    add_model_options,
+    spec_from_args,
+    store_path,
+)
 from samchat.decoding.params import DecodingConfig, knob_of
 from samchat.errors import SamchatError
 
@@ -80,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         decoding["method"] = args.method
     sock = bind(args.host, args.port)  # before the model: a busy port fails at once
     try:
-        with Store.open() as store:  # created or migrated now; the engine opens its own
+        with Store.open(store_path(args)) as store:  # created or migrated now
             db_path = store.path
         spec = spec_from_args(args, engine=_configured_engine(args))
         lm = load_model(spec, progress=lambda msg: print(f"[{msg}]", file=sys.stderr))

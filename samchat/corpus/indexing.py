@@ -1,9 +1,10 @@
 """Keeping the static SAM index in step with the store.
 
-SQLite is the source of truth; the index under data_dir()/index/<tokenizer fingerprint>/ is derived
-from it. `sync()` adds whatever the store has and the index lacks (documents `doc:<id>`, user and
-assistant messages `msg:<id>`) and drops what the store no longer has, so a crash at any point, a
-deleted chat or a new tokenizer all end in the same consistent state after the next sync.
+SQLite is the source of truth; the index under index/<tokenizer fingerprint>/ next to the database
+is derived from it. `sync()` adds whatever the store has and the index lacks (documents
+`doc:<id>`, user and assistant messages `msg:<id>`) and drops what the store no longer has, so a
+crash at any point, a deleted chat or a new tokenizer all end in the same consistent state after
+the next sync.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from samchat.errors import IndexCorruptError, SamchatError
-from samchat.paths import data_dir
 from samchat.store import Store
 
 if TYPE_CHECKING:
@@ -29,8 +29,9 @@ IndexProgress = Callable[[int, int, str], None]
 FLUSH_EVERY_TOKENS = 500_000
 
 
-def index_root() -> Path:
-    root = data_dir() / "index"
+def index_root(store: Store) -> Path:
+    """The static indexes of `store` live next to its database file."""
+    root = store.path.parent / "index"
     root.mkdir(mode=0o700, exist_ok=True)  # it holds the tokens of private chats
     return root
 
@@ -95,7 +96,7 @@ class IndexManager:
         self.encode = encode
         self.separator = separator
         self.model = model
-        self.directory = (root or index_root()) / fingerprint
+        self.directory = (root or index_root(store)) / fingerprint
         self._index: StaticIndex | None = None
         self.lock = threading.RLock()  # held while the index changes; readers may take it too
 
@@ -214,7 +215,7 @@ def drop_from_indexes(store: Store, keys: set[str], root: Path | None = None) ->
     which rebuilds it from the store anyway."""
     removed = 0
     for fingerprint, separator, _model in store.indexes():
-        directory = (root or index_root()) / fingerprint
+        directory = (root or index_root(store)) / fingerprint
         if not directory.exists():
             continue
         try:

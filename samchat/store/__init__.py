@@ -2,9 +2,10 @@
 
 from samchat.store.recovery import RecoveryResult, TableSalvage, deep_check, recover
 from samchat.store.rows import Chat, DocumentRow, MessageRow, SearchHit
-from samchat.store.store import Store, content_hash, default_path
+from samchat.store.store import DB_NAME, Store, content_hash
 
 __all__ = [
+    "DB_NAME",
     "Chat",
     "DocumentRow",
     "MessageRow",
@@ -14,6 +15,5 @@ __all__ = [
     "TableSalvage",
     "content_hash",
     "deep_check",
-    "default_path",
     "recover",
 ]

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from samchat.corpus.passages import split_passages
 from samchat.errors import StoreError
-from samchat.paths import data_dir
 from samchat.store.connection import connect, translate, write_transaction
 from samchat.store.migrations import migrate
 from samchat.store.rows import Chat, DocumentRow, MessageRow, PassageHit, SearchHit
@@ -29,16 +28,6 @@ INDEXED_ROLES = ("user", "assistant")
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def default_path() -> Path:
-    try:
-        return data_dir() / DB_NAME
-    except OSError as exc:
-        where = exc.filename or "the data directory"
-        raise StoreError(
-            f"cannot use the data directory {where}: {exc.strerror}; pass --data-dir"
-        ) from None
 
 
 def content_hash(text: str) -> str:
@@ -137,9 +126,9 @@ class Store:
         return sqlite_utils.Database(self.conn, execute_plugins=False)
 
     @classmethod
-    def open(cls, path: Path | None = None) -> Store:
-        """Open (creating if needed) the database and bring its schema up to date."""
-        path = path or default_path()
+    def open(cls, path: Path) -> Store:
+        """Open (creating if needed) the database at `path` (the front end resolves it: the
+        data directory's DB_NAME) and bring its schema up to date."""
         conn = connect(path)
         try:
             migrate(conn)

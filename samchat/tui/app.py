@@ -184,7 +184,7 @@ class SamchatApp(App[None]):
 
     def open_data(self) -> None:
         try:
-            self.data = backend.ChatData.open(self.db_path)
+            self.data = backend.ChatData.open(self.db_path or _default_db())
             self.service = ChatService(self.data)
             self.data_state = DataState.READY
         except SamchatError as exc:
@@ -361,3 +361,11 @@ class SamchatApp(App[None]):
             target = self if action in APP_ACTIONS else self.chat
             run = partial(self.run_action, action, target)
             yield SystemCommand(desc, f"{desc} ({shown})", run)
+
+
+def _default_db() -> Path:
+    """The database of the default data directory (launch.py passes the resolved one)."""
+    from samchat import paths
+    from samchat.store import DB_NAME
+
+    return paths.data_dir() / DB_NAME

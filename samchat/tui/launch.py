@@ -7,10 +7,10 @@ import argparse
 
 def run_tui(args: argparse.Namespace) -> int:
     from samchat import paths
-    from samchat.cli_options import apply_data_dir
+    from samchat.cli_options import store_path
     from samchat.tui.app import SamchatApp
 
-    apply_data_dir(args)  # --data-dir: the store and the static index both follow it
+    db_path = store_path(args)  # --data-dir: the store, and the static index next to it
     options = {
         key: getattr(args, key)
         for key in ("dtype", "quantize", "trust_remote_code")
@@ -21,6 +21,7 @@ def run_tui(args: argparse.Namespace) -> int:
         device=getattr(args, "device", None),
         engine=getattr(args, "engine", None),
         model_options=options,
+        db_path=db_path,
         cache_dir=paths.cache_dir(),
     )
     app.run()

@@ -37,8 +37,8 @@ def test_created_dirs_are_private_whatever_the_umask(
     monkeypatch.setenv("SAMCHAT_MODEL_CACHE", str(tmp_path / "new" / "models"))
     for made in (paths.data_dir(), paths.cache_dir(), paths.config_dir(), paths.model_cache_dir()):
         assert _mode(made) == 0o700, made
-    assert _mode(index_root()) == 0o700
-    with Store.open() as store:
+    with Store.open(paths.data_dir() / "samchat.db") as store:
+        assert _mode(index_root(store)) == 0o700
         manager = IndexManager(store, "fp", lambda t: list(t.encode()), 0)
         manager.open()
         manager.close()

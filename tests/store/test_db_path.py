@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -20,8 +21,10 @@ def test_db_path_prints_the_file_the_store_opens(
     assert out == f"{data / 'samchat.db'}\n"
     assert "no database there yet" in err and len(err.strip().splitlines()) == 1
     assert not (data / "samchat.db").exists()  # printing the path creates no database
+    # --data-dir is passed down, not through the environment (child processes, later code)
+    assert os.environ["SAMCHAT_DATA_DIR"] == str(tmp_path / "elsewhere")
 
-    with Store.open() as store:  # the default path, from the data dir --data-dir set
+    with Store.open(data / "samchat.db") as store:
         store.create_chat("kept")
         assert store.path == data / "samchat.db"
     assert main(["db", "path", "--data-dir", str(data)]) == 0

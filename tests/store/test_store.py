@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,9 +153,20 @@ def test_directory_as_database_path(tmp_path: Path) -> None:
         Store.open(tmp_path)
 
 
-def test_unusable_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unusable_data_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The data directory is resolved once, by the command: one line whether it came from the
+    environment or from --data-dir, and nothing else is tried."""
+    from samchat.cli import main
+
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv("SAMCHAT_DATA_DIR", str(blocker / "data"))
-    with pytest.raises(StoreError, match=r"cannot use the data directory .*file/data"):
-        Store.open()
+    assert main(["history"]) == 1
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"error: cannot use the data directory .*file/data: .*--data-dir\n", err)
+    monkeypatch.delenv("SAMCHAT_DATA_DIR")
+    assert main(["history", "--data-dir", str(blocker / "other")]) == 1
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"error: cannot use the data directory .*file/other: .*--data-dir\n", err)
