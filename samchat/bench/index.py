@@ -24,7 +24,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from samchat import paths
 from samchat.bench.dict_baseline import DictAutomaton, DictCursor
 from samchat.errors import SamchatError
 from samchat.sam import backend, impl, load_pure
@@ -92,11 +91,12 @@ class Source:
     doc_lens: list[int]
 
 
-def load_source(want: int, kind: str, say: Say) -> Source:
-    """At least `want` tokens of Python sources, cached in the user cache directory."""
-    cache = paths.cache_dir() / "bench" / f"corpus-{kind}.i32"
-    meta_path = cache.with_suffix(".json")
-    if cache.exists() and meta_path.exists():
+def load_source(want: int, kind: str, say: Say, cache_dir: Path | None) -> Source:
+    """At least `want` tokens of Python sources, tokenized once into cache_dir (None: every
+    run tokenizes them again)."""
+    cache = cache_dir / f"corpus-{kind}.i32" if cache_dir is not None else None
+    meta_path = cache.with_suffix(".json") if cache is not None else None
+    if cache is not None and meta_path is not None and cache.exists() and meta_path.exists():
         with contextlib.suppress(ValueError, KeyError, OSError):
             meta = json.loads(meta_path.read_text())
             flat = array.array("i")
@@ -109,10 +109,13 @@ def load_source(want: int, kind: str, say: Say) -> Source:
             encode, fingerprint, separator = _tokenizer_encoder()
         except Exception as exc:
             say(f"tokenizer unavailable ({type(exc).__name__}); using words")
-            return load_source(want, "words", say)
+            return load_source(want, "words", say, cache_dir)
     else:
         encode, fingerprint, separator = _word_encoder()
-    say(f"tokenizing Python sources ({kind}) for {want:,} tokens (cached afterwards)")
+    say(
+        f"tokenizing Python sources ({kind}) for {want:,} tokens"
+        + (" (cached afterwards)" if cache_dir else "")
+    )
     flat, doc_lens = array.array("i"), []
     for text in _source_texts():
         ids = encode(text)
@@ -121,11 +124,12 @@ def load_source(want: int, kind: str, say: Say) -> Source:
             doc_lens.append(len(ids))
         if len(flat) >= want:
             break
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_bytes(flat.tobytes())
-    meta_path.write_text(
-        json.dumps({"fingerprint": fingerprint, "separator": separator, "doc_lens": doc_lens})
-    )
+    if cache is not None and meta_path is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_bytes(flat.tobytes())
+        meta_path.write_text(
+            json.dumps({"fingerprint": fingerprint, "separator": separator, "doc_lens": doc_lens})
+        )
     return Source(kind, fingerprint, separator, flat, doc_lens)
 
 
@@ -308,10 +312,12 @@ def run_bench(
     kind: str,
     say: Say,
     workdir: Path | None = None,
+    cache_dir: Path | None = None,
 ) -> dict[str, Any]:
+    """cache_dir: where the tokenized corpus is kept between runs."""
     # Held-out files are about 1/HOLD_OUT_EVERY of the text: read that much more.
     want = max(tokens, load_tokens) * (HOLD_OUT_EVERY + 2) // HOLD_OUT_EVERY + 2 * QUERY_TOKENS
-    src = load_source(max(want, 300_000), kind, say)
+    src = load_source(max(want, 300_000), kind, say, cache_dir)
     corpus = make_corpus(src, load_tokens)
     big_docs = corpus.docs
     small = make_corpus(src, tokens)

@@ -142,9 +142,10 @@ def load_lm(
     progress: Callable[[str], None],
     options: dict[str, Any] | None = None,
     engine: str = "auto",
+    recent: Path | None = None,
 ) -> LoadedModel:
     """options: dtype / quantize / trust_remote_code, as ModelSpec takes them; engine: one of
-    samchat.engines.ENGINES ("" = auto)."""
+    samchat.engines.ENGINES ("" = auto); recent: the list of GGUF files loaded before."""
     from samchat.models.loader import ModelSpec, load_model
 
     spec = ModelSpec(
@@ -153,7 +154,7 @@ def load_lm(
         engine=engine or "auto",
         **(options or {}),
     )
-    return load_model(spec, progress=progress)
+    return load_model(spec, progress=progress, recent=recent)
 
 
 class Generator:

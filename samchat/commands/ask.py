@@ -168,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
     from samchat.chat.backend import ChatData, FixedIndex, Generator
     from samchat.chat.service import ChatService
     from samchat.models import load_model
+    from samchat.models.catalog import recent_file
     from samchat.store import Store
     from samchat.store.turns import title_from
 
@@ -183,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
         parent_id = service.latest_leaf(chat_id) if chat_id is not None else None
         history = service.history(chat_id, parent_id, args.system)
         sources = _sources(args, question, store)
-        lm = load_model(settings.spec, progress=_note)
+        lm = load_model(settings.spec, progress=_note, recent=recent_file(store.path.parent))
         index = _open_index(store, lm)
         try:
             view = FixedIndex(index.index) if index is not None else None

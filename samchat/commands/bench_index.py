@@ -37,6 +37,7 @@ def register_bench(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from samchat import paths
     from samchat.bench.index import format_report, run_bench
 
     for name in ("tokens", "baseline_tokens", "pure_tokens"):
@@ -49,7 +50,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
     res = run_bench(
-        args.tokens, args.load_tokens, args.baseline_tokens, args.pure_tokens, args.corpus, say
+        args.tokens,
+        args.load_tokens,
+        args.baseline_tokens,
+        args.pure_tokens,
+        args.corpus,
+        say,
+        cache_dir=paths.cache_dir() / "bench",
     )
     res["machine"] = platform.platform()
     res["date"] = time.strftime("%Y-%m-%d")

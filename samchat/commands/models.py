@@ -7,8 +7,9 @@ import json
 
 from rich.table import Table
 
+from samchat.cli_options import apply_data_dir
 from samchat.commands._support import add_data_dir, out_console
-from samchat.models.catalog import list_models
+from samchat.models.catalog import list_models, recent_file
 
 
 def _size(n: int | None) -> str:
@@ -23,7 +24,7 @@ def _size(n: int | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    entries = list_models()
+    entries = list_models(recent_file(apply_data_dir(args)))
     if args.json:
         print(json.dumps([e.to_dict() for e in entries], indent=1))
         return 0

@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from samchat.chat.config import load_config
     from samchat.commands.ask import _configured_engine
     from samchat.models import load_model
+    from samchat.models.catalog import recent_file
     from samchat.serve.server import ServeOptions, bind, is_loopback, serve
     from samchat.store import Store
 
@@ -88,7 +89,11 @@ def run(args: argparse.Namespace) -> int:
         with Store.open(store_path(args)) as store:  # created or migrated now
             db_path = store.path
         spec = spec_from_args(args, engine=_configured_engine(args))
-        lm = load_model(spec, progress=lambda msg: print(f"[{msg}]", file=sys.stderr))
+        lm = load_model(
+            spec,
+            progress=lambda msg: print(f"[{msg}]", file=sys.stderr),
+            recent=recent_file(db_path.parent),
+        )
         options = ServeOptions(args.host, args.port, args.api_key, args.save, decoding)
         serve(lm, sock, options, db_path, paths.cache_dir())
     finally:

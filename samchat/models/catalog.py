@@ -263,10 +263,10 @@ def _hf_models() -> Iterator[ModelEntry]:
 # --- GGUF files loaded before -------------------------------------------------------------
 
 
-def recent_file() -> Path:
-    from samchat.paths import data_dir
-
-    return data_dir() / RECENT_NAME
+def recent_file(data_dir: Path) -> Path:
+    """Where the GGUF files loaded before are listed: next to the chats (the caller resolves
+    the data directory once, --data-dir included)."""
+    return data_dir / RECENT_NAME
 
 
 def _read_recent(path: Path) -> dict[str, float]:
@@ -278,13 +278,12 @@ def _read_recent(path: Path) -> dict[str, float]:
         return {}
 
 
-def remember_gguf(path: Path) -> None:
+def remember_gguf(path: Path, target: Path) -> None:
     """Note that a GGUF file was loaded, so `samchat models` offers it again. Best effort: a
     data dir that cannot be written never stops a model from loading."""
     from filelock import FileLock
 
     try:
-        target = recent_file()
         with FileLock(target.with_suffix(".lock")):
             entries = _read_recent(target)
             entries[str(path.resolve())] = time.time()
@@ -296,8 +295,8 @@ def remember_gguf(path: Path) -> None:
         pass
 
 
-def _recent_models() -> Iterator[ModelEntry]:
-    entries = _read_recent(recent_file())
+def _recent_models(recent: Path) -> Iterator[ModelEntry]:
+    entries = _read_recent(recent)
     for path_text, _ in sorted(entries.items(), key=lambda kv: kv[1], reverse=True):
         path = Path(path_text)
         if is_gguf(path):
@@ -338,12 +337,16 @@ def _default() -> ModelEntry:
     )
 
 
-def list_models() -> list[ModelEntry]:
+def list_models(recent: Path | None = None) -> list[ModelEntry]:
     """Every model found locally, the default first; a file found twice is listed once (the
-    first place wins: Hugging Face, Ollama, LM Studio, then files loaded before)."""
+    first place wins: Hugging Face, Ollama, LM Studio, then the files loaded before that
+    `recent` lists, see `recent_file`)."""
     entries = [_default()]
     seen = {entries[0].path} if entries[0].path else set()
-    for found in (_hf_models(), _ollama_models(), _lmstudio_models(), _recent_models()):
+    sources = [_hf_models(), _ollama_models(), _lmstudio_models()]
+    if recent is not None:
+        sources.append(_recent_models(recent))
+    for found in sources:
         for entry in found:
             key = str(Path(entry.path).resolve()) if entry.format == "gguf" else entry.path
             if key in seen or entry.path in seen:

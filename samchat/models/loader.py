@@ -230,12 +230,13 @@ def converted_gguf(where: _Resolved, spec: ModelSpec, say: Progress) -> _Resolve
     return _Resolved(str(target), None, where.name, True)
 
 
-def _remember(spec: ModelSpec, where: _Resolved) -> None:
-    """A GGUF file the user named is offered again by `samchat models` and the model picker."""
-    if spec.source and not spec.source.startswith(OLLAMA_PREFIX):
+def _remember(spec: ModelSpec, recent: Path | None) -> None:
+    """A GGUF file the user named is offered again by `samchat models` and the model picker
+    (listed in `recent`; None: not remembered)."""
+    if recent is not None and spec.source and not spec.source.startswith(OLLAMA_PREFIX):
         path = Path(spec.source).expanduser()
         if path.is_file():
-            remember_gguf(path)
+            remember_gguf(path, recent)
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
@@ -401,19 +402,22 @@ def choose_engine(spec: ModelSpec) -> str:
     return "torch" if unavailable_reason() else "llamacpp"
 
 
-def load_model(spec: ModelSpec | None = None, progress: Progress | None = None) -> LoadedModel:
-    """Load a model ready for decoding, or raise ModelLoadError with a one-line reason."""
+def load_model(
+    spec: ModelSpec | None = None, progress: Progress | None = None, recent: Path | None = None
+) -> LoadedModel:
+    """Load a model ready for decoding, or raise ModelLoadError with a one-line reason.
+    recent: the list a GGUF file the user named is added to (`catalog.recent_file`)."""
     spec = spec or ModelSpec()
     say = progress or _noop
     _quiet_transformers()
     if choose_engine(spec) == "llamacpp":
-        return _load_llamacpp(spec, say)
+        return _load_llamacpp(spec, say, recent)
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
     quant = _quantization_config(spec, device.type)
     _quiet_gguf_conversion()
     where = _resolve_source(spec, say)
-    gguf_where = where if where.gguf_file else None
+    from_gguf = where.gguf_file is not None
     if where.gguf_file:
         where = converted_gguf(where, spec, say)
     tokenizer = _chat_tokenizer(where, spec, say)
@@ -438,8 +442,8 @@ def load_model(spec: ModelSpec | None = None, progress: Progress | None = None) 
     if quant is None:
         model = model.to(device)
     model.eval()
-    if gguf_where is not None:
-        _remember(spec, gguf_where)
+    if from_gguf:
+        _remember(spec, recent)
     say("model ready")
     return LoadedModel(
         model=model,
@@ -453,7 +457,7 @@ def load_model(spec: ModelSpec | None = None, progress: Progress | None = None) 
     )
 
 
-def _load_llamacpp(spec: ModelSpec, say: Progress) -> LoadedModel:
+def _load_llamacpp(spec: ModelSpec, say: Progress, recent: Path | None) -> LoadedModel:
     import torch
 
     from samchat.engines.llamacpp_model import LlamaWeights
@@ -468,7 +472,7 @@ def _load_llamacpp(spec: ModelSpec, say: Progress) -> LoadedModel:
     path = Path(where.path) / where.gguf_file
     say(f"loading {where.gguf_file} with llama.cpp")
     weights = LlamaWeights.load(path)
-    _remember(spec, where)
+    _remember(spec, recent)
     say("model ready")
     eos = [weights.eos_id] if weights.eos_id >= 0 else []
     eos.extend(_eos_ids(None, tokenizer))

@@ -182,6 +182,13 @@ class SamchatApp(App[None]):
         elif self.autoload_model:
             self.start_model_load(self.model_source, self.device_name, self.engine_name)
 
+    @property
+    def recent_models(self) -> Path:
+        """The list of GGUF files loaded before, in this app's data directory."""
+        from samchat.models.catalog import recent_file
+
+        return recent_file((self.db_path or _default_db()).parent)
+
     def open_data(self) -> None:
         try:
             self.data = backend.ChatData.open(self.db_path or _default_db())
@@ -220,7 +227,9 @@ class SamchatApp(App[None]):
             self.post_message(ModelProgress(text))
 
         try:
-            lm = backend.load_lm(source, device, progress, self.model_options, engine)
+            lm = backend.load_lm(
+                source, device, progress, self.model_options, engine, self.recent_models
+            )
         except SamchatError as exc:
             self.post_message(ModelFailed(str(exc)))
             return
@@ -323,7 +332,9 @@ class SamchatApp(App[None]):
             self.start_model_load(source, device, engine)
 
         recent = [self.cfg.model] if self.cfg.model else []
-        screen = ModelScreen(self.model_source, self.device_name, recent, self.engine_name)
+        screen = ModelScreen(
+            self.model_source, self.device_name, recent, self.engine_name, self.recent_models
+        )
         self.push_screen(screen, done)
 
     @guarded

@@ -119,8 +119,8 @@ def samchat(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
     )
 
 
-def listed(env: dict[str, str]) -> list[dict[str, Any]]:
-    result = samchat(env, "models", "--json")
+def listed(env: dict[str, str], *options: str) -> list[dict[str, Any]]:
+    result = samchat(env, "models", "--json", *options)
     assert result.returncode == 0, result.stderr
     entries: list[dict[str, Any]] = json.loads(result.stdout)
     return entries
@@ -155,6 +155,19 @@ def test_ollama_models_load_by_name_and_their_blobs_by_path(tmp_path: Path) -> N
     assert by_path.stdout == by_name.stdout
     recent = [e for e in listed(env) if e["origin"] == "recent"]
     assert [(e["source"], e["format"]) for e in recent] == [(str(copy.resolve()), "gguf")]
+    # The list lives in the data directory: --data-dir keeps its own.
+    other = str(tmp_path / "other-data")
+    second = tmp_path / "elsewhere" / "second.gguf"
+    link_or_copy(blob, second)
+    again = samchat(
+        env, "--data-dir", other, *ask, "--method", "plain", "--model", str(second), "Hi"
+    )
+    assert again.returncode == 0, again.stderr
+    recent_other = [
+        e["source"] for e in listed(env, "--data-dir", other) if e["origin"] == "recent"
+    ]
+    assert recent_other == [str(second.resolve())]
+    assert [e["source"] for e in listed(env) if e["origin"] == "recent"] == [str(copy.resolve())]
 
     missing = samchat(env, *ask, "--model", "ollama:nope:7b", "hi")
     assert missing.returncode == 1 and "Traceback" not in missing.stderr

@@ -3,6 +3,8 @@ or a hub id), the engine that runs it and the device."""
 
 from __future__ import annotations
 
+from functools import partial
+from pathlib import Path
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -26,8 +28,17 @@ class ModelScreen(ModalScreen[tuple[str, str, str] | None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss(None)", "Cancel")]
 
-    def __init__(self, current: str, device: str, recent: list[str], engine: str = "auto") -> None:
+    def __init__(
+        self,
+        current: str,
+        device: str,
+        recent: list[str],
+        engine: str = "auto",
+        catalog: Path | None = None,
+    ) -> None:
+        """catalog: the list of GGUF files loaded before (`models.catalog.recent_file`)."""
         super().__init__(classes="dialog-screen")
+        self.catalog = catalog
         self.current = current
         self.device = device if device in DEVICES else "auto"
         self.engine = engine if engine in ENGINES else "auto"
@@ -70,7 +81,12 @@ class ModelScreen(ModalScreen[tuple[str, str, str] | None]):
 
     def on_mount(self) -> None:
         self.query_one("#model-source", Input).focus()
-        self.run_worker(list_models, thread=True, name="model-catalog", exit_on_error=False)
+        self.run_worker(
+            partial(list_models, self.catalog),
+            thread=True,
+            name="model-catalog",
+            exit_on_error=False,
+        )
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The models `samchat models` lists (Hugging Face cache, Ollama, LM Studio, GGUF files
