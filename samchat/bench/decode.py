@@ -63,10 +63,20 @@ class Run:
     # The forwards' cost on the engine's measured cost curve, in one-token forwards: what the
     # cost model predicts, without the time spent outside forwards.
     cost: float = 0.0
+    # Seconds from the end of prefill to the end of each reply (ReplyDone's stats): the part
+    # the cost model speaks of. `seconds` also holds the prefill, alike for every method.
+    decode_seconds: float = 0.0
 
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def _decode_speed(runs: dict[str, Run], qids: list[str]) -> float:
+    """Reply tokens per second of decoding (prefill left out) over these questions."""
+    chosen = [runs[q] for q in qids if q in runs]
+    seconds = sum(r.decode_seconds for r in chosen)
+    return sum(r.tokens for r in chosen) / seconds if seconds > 0 else 0.0
 
 
 def _by_drafter(runs: list[Run]) -> dict[str, dict[str, float]]:
@@ -152,6 +162,11 @@ class Results:
                 if by and cost > 0:
                     # committed tokens per one-token forward's worth of verification cost
                     by["predicted_vs_plain"] = round(committed / cost, 3)
+                decode = _decode_speed(runs, qids)
+                plain_decode = _decode_speed(plain, qids)
+                if by and decode and plain_decode:
+                    # what the cost model's figure is to be compared with (no prefill)
+                    by["decode_speedup_vs_plain"] = round(decode / plain_decode, 3)
                 rows[category] = {
                     **by,
                     "tokens_per_s": round(speed, 2),
@@ -535,6 +550,7 @@ class DecodeBench:
                 run.committed_by[d] = run.committed_by.get(d, 0) + event.accepted + 1
             elif isinstance(event, ReplyDone):
                 steps = event.stats.steps
+                run.decode_seconds += event.stats.seconds
                 for source, n in event.stats.accepted_by_drafter.items():
                     run.tokens_by[source] = run.tokens_by.get(source, 0) + n
                 if event.finish_reason == "eos":  # the session does not stream the EOS token
@@ -547,6 +563,25 @@ class DecodeBench:
         """Each session's engine's measured cost curve (what `predicted_vs_plain` prices steps
         with, whatever curve the sessions plan with)."""
         return {key: s.engine.cost_curve() for key, s in self.sessions.items()}
+
+    def engine_details(self) -> dict[str, dict[str, Any]]:
+        """Per configuration: the engine in words (kernels included) and its measured curve."""
+        out: dict[str, dict[str, Any]] = {}
+        for key, session in self.sessions.items():
+            label = split_key(key)[0]
+            if label not in out:
+                curve = self._curves[key]
+                out[label] = {
+                    "engine": session.engine.describe(),
+                    "context": curve.context,
+                    "relative_cost": curve.to_dict(),
+                }
+                if curve.long is not None:  # the same after a long context
+                    out[label]["long"] = {
+                        "context": curve.long.context,
+                        "relative_cost": curve.long.to_dict(),
+                    }
+        return out
 
     def _torch_pld(self, lm: Any, messages: list[dict[str, str]]) -> tuple[list[int], float, int]:
         """transformers' own prompt lookup decoding on the same model."""
@@ -680,21 +715,25 @@ def llama_pld(lm: Any) -> Any:
 
 def format_table(table: Table) -> str:
     """Markdown: the overall row of every method (with the speedup over plain its MAT and step
-    sizes predict on the measured cost curve, "cost model"), then speed, speedup, MAT and
-    identical replies per category (one column per method)."""
+    sizes predict on the measured cost curve, "cost model", beside the one measured on decoding
+    alone, "decoding"), then speed, speedup, MAT and identical replies per category (one column
+    per method)."""
     methods = list(table)
     lines = [
-        "| method | tok/s | vs plain | vs best plain | MAT | cost model | identical |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| method | tok/s | vs plain | vs best plain | MAT | cost model | decoding | identical |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m in methods:
         r = table[m].get("overall")
         if r:
             predicted = r.get("predicted_vs_plain")
+            decoding = r.get("decode_speedup_vs_plain")
             lines.append(
                 f"| {m} | {r['tokens_per_s']:.1f} | {r['speedup_vs_plain']:.2f}x | "
                 f"{r['speedup_vs_best_plain']:.2f}x | {r['mat']:.2f} | "
                 + (f"{predicted:.2f}x" if predicted else "-")
+                + " | "
+                + (f"{decoding:.2f}x" if decoding else "-")
                 + f" | {r['identical']}/{r['questions']} |"
             )
     categories = [

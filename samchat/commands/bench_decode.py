@@ -146,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
         cold_results = bench.run(evaluated)
         cold = cold_results.table()
         output.update(cold)
+        output["meta"]["engines"] = bench.engine_details()
         print("## without warm-up\n" + format_table(cold))
         tables["cold"] = cold
         if args.warm_chats:

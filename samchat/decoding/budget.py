@@ -39,13 +39,23 @@ class CostCurve:
 
     A `fixed` curve is not refined from the forwards decoding times (a curve given on purpose:
     the benchmark's simulated flat GPU-like costs, or one read from a file). `kernels` is the
-    plan the torch engine measured the curve with (kernels.py; None elsewhere)."""
+    plan the torch engine measured the curve with (kernels.py; None elsewhere). `long`, where
+    an engine measured one, is the curve after `long.context` cached tokens: verifying after a
+    long context can cost relatively more (llama.cpp: 2 rows 1.64x one after 256 tokens, 1.8-2.0x
+    after 1,024-3,072), and `at(context)` interpolates between the two."""
 
     def __init__(
-        self, points: dict[int, float], fixed: bool = False, kernels: KernelPlan | None = None
+        self,
+        points: dict[int, float],
+        fixed: bool = False,
+        kernels: KernelPlan | None = None,
+        context: int = 256,
+        long: CostCurve | None = None,
     ) -> None:
         self.fixed = fixed
         self.kernels = kernels
+        self.context = context  # cached tokens the points were measured after
+        self.long = long
         xs = sorted(points)
         # Not forced monotone: on a CPU some sizes really are cheaper than smaller ones (the
         # BLAS kernel a shape gets), and the choosers weigh every size against its own cost.
@@ -78,6 +88,17 @@ class CostCurve:
 
     def to_dict(self) -> dict[str, float]:
         return {str(x): y for x, y in zip(self.xs, self.ys, strict=True)}
+
+    def at(self, context: int) -> CostCurve:
+        """The curve for verifying after `context` cached tokens: this one up to its own
+        context, the long one from its context on, linear in between."""
+        long = self.long
+        if long is None or context <= self.context or long.context <= self.context:
+            return self
+        t = min(1.0, (context - self.context) / (long.context - self.context))
+        xs = sorted(set(self.xs) | set(long.xs))
+        points = {x: (1.0 - t) * self.rel(x) + t * long.rel(x) for x in xs}
+        return CostCurve(points, fixed=self.fixed, kernels=self.kernels, context=context)
 
     @classmethod
     def flat(cls, max_inputs: int = 64) -> CostCurve:
@@ -153,18 +174,33 @@ def measure_cost_curve(
     return CostCurve({n: t / med[1] for n, t in med.items()}, kernels=plan)
 
 
-def measure_engine(engine: Engine, vocab: int, context: int = 256, reps: int = 5) -> CostCurve:
+def measure_engine(
+    engine: Engine, vocab: int, context: int = 256, reps: int = 5, long_context: int = 0
+) -> CostCurve:
     """measure_cost_curve through the Engine interface, on an engine of its own (its cache is
-    reset and filled with random tokens)."""
+    reset and filled with random tokens); with long_context, also after that many tokens (the
+    curve's `long`)."""
+    curve = _measure_engine_at(engine, vocab, context, reps, SIZES)
+    if long_context > context:
+        # Up to 16 inputs (beyond, the curve goes on along its last slope), fewer rounds: the
+        # long forwards are the slow ones, and this runs the first time a model is used.
+        sizes = tuple(n for n in SIZES if n <= 16)
+        curve.long = _measure_engine_at(engine, vocab, long_context, min(reps, 3), sizes)
+    return curve
+
+
+def _measure_engine_at(
+    engine: Engine, vocab: int, context: int, reps: int, sizes: tuple[int, ...]
+) -> CostCurve:
     import random
 
     gen = random.Random(0)
     engine.reset()
     engine.prefill([gen.randrange(vocab) for _ in range(context)])
-    inputs = {n: [gen.randrange(vocab) for _ in range(n)] for n in SIZES}
-    samples: dict[int, list[float]] = {n: [] for n in SIZES}
+    inputs = {n: [gen.randrange(vocab) for _ in range(n)] for n in sizes}
+    samples: dict[int, list[float]] = {n: [] for n in sizes}
     for rnd in range(reps + 1):  # round 0 warms up
-        for n in SIZES:
+        for n in sizes:
             t0 = time.perf_counter()
             engine.forward(inputs[n])
             dt = time.perf_counter() - t0
@@ -173,7 +209,7 @@ def measure_engine(engine: Engine, vocab: int, context: int = 256, reps: int = 5
                 samples[n].append(dt)
     engine.reset()
     med = {n: sorted(ts)[len(ts) // 2] for n, ts in samples.items()}
-    return CostCurve({n: t / med[1] for n, t in med.items()})
+    return CostCurve({n: t / med[1] for n, t in med.items()}, context=context)
 
 
 class CostTracker:
@@ -188,6 +224,13 @@ class CostTracker:
         self._ema: dict[int, float] = {}
         self._count: dict[int, int] = {}
         self._since = 0
+
+    def rebase(self, base: CostCurve) -> None:
+        """A new reply: the measured curve at its context. The times observed so far stay and
+        refine it again at the next refresh."""
+        self.base = base
+        self.curve = base
+        self._since = max(0, self.every - 1)  # the next forward refreshes from what was seen
 
     @staticmethod
     def _bucket(n_inputs: int) -> int:
@@ -247,7 +290,11 @@ def load_or_measure(
         if data.get("version") == CURVE_VERSION:
             kernels = plan_from(data["kernels"]) if "kernels" in data else None
             points = {int(k): float(v) for k, v in data["relative_cost"].items()}
-            curve = CostCurve(points, kernels=kernels)
+            curve = CostCurve(points, kernels=kernels, context=int(data.get("context", 256)))
+            if "long" in data:
+                long = data["long"]
+                long_points = {int(k): float(v) for k, v in long["relative_cost"].items()}
+                curve.long = CostCurve(long_points, context=int(long["context"]))
             if min(curve.ys) > 0 and curve.rel(4) <= _PLAUSIBLE_REL4:
                 return curve
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, ArithmeticError):
@@ -262,7 +309,13 @@ def load_or_measure(
         return curve
     try:
         cache_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        payload: dict[str, Any] = {"version": CURVE_VERSION, "relative_cost": curve.to_dict()}
+        payload: dict[str, Any] = {
+            "version": CURVE_VERSION,
+            "context": curve.context,
+            "relative_cost": curve.to_dict(),
+        }
+        if curve.long is not None:
+            payload["long"] = {"context": curve.long.context, "relative_cost": curve.long.to_dict()}
         if curve.kernels is not None:
             payload["kernels"] = curve.kernels.to_dict()
         if about:

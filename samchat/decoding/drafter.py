@@ -56,6 +56,11 @@ class Drafter(ABC):
         """Tree drafters (Token Recycling): mean accepted tokens for a draft of this size."""
         return 0.0
 
+    def potential(self, max_nodes: int) -> float:
+        """Tree drafters: expected_accepted once the drafter has a candidate for the text's
+        last token (what it may be worth, even before it has one)."""
+        return self.expected_accepted(max_nodes)
+
     def tree_sizes(self) -> Sequence[int]:
         """Tree drafters: the draft sizes they can build (template sizes)."""
         return ()
@@ -216,6 +221,23 @@ class Selector:
             if v > best_v:
                 best, best_v = s, v
         return best, best_v
+
+    def tree_can_pay(self, aux: Drafter) -> bool:
+        """Whether some tree of `aux` is worth more than its forward costs on this curve, at
+        the drafter's current acceptance rates. On a steep curve (llama.cpp on a small CPU: 2
+        rows cost 1.7x one) none is, and the drafter rests: its bookkeeping would only slow
+        the steps that draft nothing. SAM-Decoding's rule (not `adaptive`) drafts with it
+        whatever it costs."""
+        if not self.config.adaptive:
+            return True
+        if not self.trees_allowed:
+            return False
+        cap = self.cap
+        return any(
+            (1.0 + aux.potential(s)) / self.curve.rel(s + 1) > 1.0
+            for s in aux.tree_sizes()
+            if s <= cap
+        )
 
     def _aux_size(self, aux: Drafter, budget: int) -> tuple[int, float]:
         best, best_v = 0, 1.0

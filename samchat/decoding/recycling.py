@@ -156,6 +156,10 @@ class TokenRecyclingDrafter(Drafter):
             return 0.0
         return self._expected[size] * self.calibration
 
+    def potential(self, max_nodes: int) -> float:
+        size = max((s for s in SIZES if s <= max_nodes), default=0)
+        return self._expected[size] * self.calibration if size else 0.0
+
     @property
     def calibration(self) -> float:
         return self._actual / self._predicted

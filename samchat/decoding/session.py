@@ -31,6 +31,9 @@ PREFILL_CHUNK = 2048
 # A plain step is forced when none ran for this many steps (replies included), so the one-token
 # time (the cost curve's unit and speedup_est's baseline) follows the machine's current load.
 CALIBRATE_EVERY = 64
+# A drafter that rests (no draft of it can pay on this curve) still reads one forward in this
+# many, so its acceptance rates follow the text and it wakes up where they make it pay.
+REST_SAMPLE = 16
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -324,8 +327,10 @@ class ChatSession:
         if inexact and not self._told_inexact and self.config.method != "plain":
             self._told_inexact = True  # once per session: every reply would be noise
             notice = f"{notice}; {inexact}" if notice else inexact
-        reused = self.prefill_tokens(prompt, self._prompt_logit_rows())
-        drafting = self._begin_drafting(prompt)
+        drafting = self._plan_drafting(len(prompt))
+        reused = self.prefill_tokens(prompt, self._prompt_logit_rows(drafting))
+        if drafting is not None:
+            drafting.begin(prompt, self.prompt_rows)
         # Setup (drafters, a first cost-curve measurement) counts as prefill, not decoding.
         t_decode = time.perf_counter()
         sampler = Sampler(params, self._device)
@@ -343,32 +348,35 @@ class ChatSession:
         )
         return reply, drafting
 
-    def _prompt_logit_rows(self) -> int:
+    def _prompt_logit_rows(self, drafting: _Drafting | None) -> int:
         """How many new prompt rows Token Recycling learns from (their logits cost an output
         projection each, so only the last ones, where the reply most likely copies from)."""
-        cfg = self.config
-        if not cfg.uses_tr or cfg.method == "plain" or self.plain_reason or self.tree_reason:
-            return 0  # no Token Recycling, or it cannot draft (its drafts are trees)
+        if drafting is None or drafting.selector.aux is None:
+            return 0  # no Token Recycling, or it rests
         from samchat.decoding.recycling import PROMPT_ROWS
 
         return PROMPT_ROWS
 
-    def _begin_drafting(self, prompt: list[int]) -> _Drafting | None:
+    def _plan_drafting(self, context: int) -> _Drafting | None:
+        """This reply's drafters and selector, priced on the cost curve after `context` cached
+        tokens. Token Recycling rests when none of its trees can pay on it (or trees cannot be
+        verified here)."""
         dyn, static, aux = self._drafters()
         drafters = [d for d in (dyn, static, aux) if d is not None]
-        for d in drafters:
-            d.begin(prompt)
-        if aux is not None and self.prompt_rows is not None:
-            aux.observe(*self.prompt_rows)
         if not drafters:
             return None
+        curve = self._curve_for_device().at(context)
         if self._tracker is None:
-            self._tracker = CostTracker(self._curve_for_device())
+            self._tracker = CostTracker(curve)
         tracker = self._tracker
+        tracker.rebase(curve)
         selector = Selector(self.config, tracker.curve, self._acceptance, dyn, static, aux)
         selector.trees_allowed = self.tree_reason is None
         selector.at_start = True
-        return _Drafting(drafters, selector, tracker)
+        resting = None
+        if aux is not None and not selector.tree_can_pay(aux):
+            resting, selector.aux = aux, None
+        return _Drafting(drafters, selector, tracker, resting)
 
     def _step(
         self, reply: Reply, drafting: _Drafting | None, budget: int
@@ -435,15 +443,33 @@ class ChatSession:
 
 
 class _Drafting:
-    """The drafters of one reply and the selector that picks each step's draft."""
+    """The drafters of one reply and the selector that picks each step's draft. A resting
+    drafter is not offered to the selector and reads only one forward in REST_SAMPLE."""
 
-    __slots__ = ("drafters", "selector", "tracker", "watchers")
+    __slots__ = ("drafters", "resting", "selector", "since_sample", "tracker", "watchers")
 
-    def __init__(self, drafters: list[Drafter], selector: Selector, tracker: CostTracker) -> None:
+    def __init__(
+        self,
+        drafters: list[Drafter],
+        selector: Selector,
+        tracker: CostTracker,
+        resting: Drafter | None = None,
+    ) -> None:
         self.drafters = drafters
-        self.watchers = [d for d in drafters if d.wants_logits]
+        self.resting = resting
+        self.watchers = [d for d in drafters if d.wants_logits and d is not resting]
         self.selector = selector
         self.tracker = tracker
+        self.since_sample = 0
+
+    def begin(self, prompt: list[int], prompt_rows: tuple[list[int], torch.Tensor] | None) -> None:
+        """The reply starts: every drafter sees the prompt; the active ones that read logits
+        learn from the prompt rows the prefill returned."""
+        for d in self.drafters:
+            d.begin(prompt)
+        if prompt_rows is not None:
+            for d in self.watchers:
+                d.observe(*prompt_rows)
 
     def learn(
         self,
@@ -465,6 +491,11 @@ class _Drafting:
             d.advance(new)
         for d in self.watchers:
             d.observe(ids, logits)
+        if self.resting is not None:
+            self.since_sample += 1
+            if self.since_sample >= REST_SAMPLE:
+                self.since_sample = 0
+                self.resting.observe(ids, logits)
 
 
 def _make_dynamic() -> Drafter | None:

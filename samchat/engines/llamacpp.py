@@ -30,7 +30,9 @@ if TYPE_CHECKING:
 MAX_SEQ = 64  # leaves of one draft tree (trees hold at most 64 nodes)
 KV_TYPE = 8  # GGML_TYPE_Q8_0
 MAX_BATCH = 2048  # tokens per llama_decode (a prefill chunk)
-_MEASURE_CTX = 512
+# The cost curve is measured after 256 cached tokens and again after this many (where the
+# model's context allows): verification after a long context costs relatively more.
+LONG_CONTEXT = 2048
 _CURVES: dict[str, CostCurve] = {}
 _CURVES_LOCK = threading.Lock()
 
@@ -51,6 +53,7 @@ class LlamaCppEngine:
         self.n_vocab = int(self.weights.n_vocab)
         params = lib.llama_context_default_params()
         params.n_ctx = int(n_ctx or lm.context_limit)
+        self.n_ctx_limit = int(lm.context_limit)
         params.n_batch = MAX_BATCH
         params.n_ubatch = 512
         params.n_seq_max = MAX_SEQ
@@ -246,7 +249,8 @@ class LlamaCppEngine:
         from samchat.engines.cpu import cpu_name
 
         path = self.weights.path
-        ident = f"llamacpp|{version()}|{cpu_name()}|{threads()}|{path.resolve()}"
+        long_context = min(LONG_CONTEXT, self.n_ctx_limit - 2 * MAX_SEQ)
+        ident = f"llamacpp|{version()}|{cpu_name()}|{threads()}|{path.resolve()}|{long_context}"
         ident += f"|{path.stat().st_size}|{self.weights.file_type}"
         digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
         with _CURVES_LOCK:
@@ -255,9 +259,9 @@ class LlamaCppEngine:
                 lm = self.lm
 
                 def measure() -> CostCurve:
-                    probe = LlamaCppEngine(lm, n_ctx=_MEASURE_CTX)
+                    probe = LlamaCppEngine(lm, n_ctx=max(512, long_context + 2 * MAX_SEQ))
                     try:
-                        return measure_engine(probe, self.n_vocab)
+                        return measure_engine(probe, self.n_vocab, long_context=long_context)
                     finally:
                         probe.close()
 

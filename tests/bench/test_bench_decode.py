@@ -158,7 +158,7 @@ def test_table_compares_each_method_with_its_own_plain_and_the_best_plain() -> N
     assert [r["identical"] for r in (lc, ls, tp, ts)] == [2, 2, 2, 1]
     assert table["torch:sam+tr"]["code"]["identical"] == 0
     text = format_table(table)
-    assert "| torch:sam+tr | 8.0 | 4.00x | 2.00x | 1.00 | - | 1/2 |" in text
+    assert "| torch:sam+tr | 8.0 | 4.00x | 2.00x | 1.00 | - | - | 1/2 |" in text
     assert "| qa | 4.0, 1.00x, 1.00, 1/1 |" in text
 
 
@@ -168,15 +168,20 @@ def test_the_cost_model_prices_each_step_on_the_measured_curve() -> None:
     results = Results(("torch:plain", "torch:sam+tr"))
     plain = _run([1, 2, 3, 4, 5, 6], 1.0)
     plain.steps_by, plain.committed_by, plain.cost = {"plain": 6}, {"plain": 6}, 6.0
+    plain.decode_seconds = 0.8  # 0.2 s of prefill
     results.add("torch:plain", q, plain)
     spec = Run(6, 0.5, 2, [1, 2, 3, 4, 5, 6], committed=6)
     # two steps of 4 inputs (3 draft tokens each, all accepted), each costing 1.5 one-token ones
     spec.steps_by, spec.committed_by, spec.cost = {"dyn": 2}, {"dyn": 6}, 3.0
+    spec.decode_seconds = 0.3  # the same prefill: decoding alone went 0.8 / 0.3 faster
     results.add("torch:sam+tr", q, spec)
     table = results.table()
     assert table["torch:plain"]["overall"]["predicted_vs_plain"] == 1.0
     assert table["torch:sam+tr"]["overall"]["predicted_vs_plain"] == 2.0
-    assert "| torch:sam+tr | 12.0 | 2.00x | 2.00x | 3.00 | 2.00x | 1/1 |" in format_table(table)
+    assert table["torch:plain"]["overall"]["decode_speedup_vs_plain"] == 1.0
+    assert table["torch:sam+tr"]["overall"]["decode_speedup_vs_plain"] == round(0.8 / 0.3, 3)
+    row = "| torch:sam+tr | 12.0 | 2.00x | 2.00x | 3.00 | 2.00x | 2.67x | 1/1 |"
+    assert row in format_table(table)
 
 
 def test_bad_command_line_values_are_one_line_errors(
@@ -228,7 +233,7 @@ def test_bench_decode_writes_table_json_and_chart(tmp_path: Path, default_lm: ob
         overall = data[method]["overall"]
         # Methods that run through a session also say how each kind of step did.
         by_drafter = (
-            {"accepted_by", "mat_by", "steps_by", "predicted_vs_plain"}
+            {"accepted_by", "mat_by", "steps_by", "predicted_vs_plain", "decode_speedup_vs_plain"}
             if method != "torch:pld"
             else set()
         )
@@ -307,11 +312,22 @@ def test_bench_decode_compares_engines(tmp_path: Path, capsys: pytest.CaptureFix
     assert set(meta["versions"]) == {"torch", "llama_cpp_python"}
     assert meta["cpu"] and isinstance(meta["cpu_flags"], list)
     assert meta["llamacpp_pld"]["num_pred_tokens"] == 10
+    # Each engine as run (the torch kernels chosen by measurement) and the curve it was priced on
+    engines = meta["engines"]
+    assert set(engines) == {"llamacpp", "torch"}
+    assert engines["llamacpp"]["engine"].startswith("llama.cpp")
+    assert "kernels:" in engines["torch"]["engine"]
+    assert "at the first reply" not in engines["torch"]["engine"]
+    for details in engines.values():
+        assert details["relative_cost"]["1"] == 1.0
+        assert all(v > 0 for v in details["relative_cost"].values())
     for method in methods:
         assert set(data[method]) == {"qa", "overall"}
         row = data[method]["overall"]
         pld = method.endswith(":pld")  # not run through a session: no per-drafter figures
-        session_keys = {"accepted_by", "mat_by", "steps_by", "predicted_vs_plain"}
+        session_keys = {
+            "accepted_by", "mat_by", "steps_by", "predicted_vs_plain", "decode_speedup_vs_plain"
+        }  # fmt: skip
         assert set(row) == KEYS | (set() if pld else session_keys)
         assert row["questions"] == 2 and row["tokens_per_s"] > 0 and row["mat"] >= 1.0
         assert 0 <= row["identical"] <= 2

@@ -88,6 +88,52 @@ def test_cost_curve_never_falls_beyond_its_last_point() -> None:
     assert curve.rel(200) == pytest.approx(2.2)
 
 
+def test_a_curve_with_a_long_context_part_is_priced_at_the_context(tmp_path: Any) -> None:
+    """Verification after a long context costs relatively more (llama.cpp): `at(context)`
+    follows the short curve up to its context, the long one from its context on, linear
+    between; the cache keeps both parts."""
+    short = CostCurve({1: 1.0, 2: 1.6, 4: 2.4, 64: 25.0})
+    short.long = CostCurve({1: 1.0, 2: 2.0, 4: 3.2, 16: 10.0}, context=2048)
+    assert short.at(100) is short and short.at(256) is short
+    assert short.at(2048).rel(4) == pytest.approx(3.2)
+    assert short.at(9000).rel(2) == pytest.approx(2.0)  # held beyond the long context
+    middle = short.at(256 + (2048 - 256) // 2)
+    assert middle.rel(2) == pytest.approx(1.8) and middle.rel(4) == pytest.approx(2.8)
+    assert middle.long is None and middle.at(4000) is middle
+    plain = CostCurve({1: 1.0, 4: 2.0})  # no long part (torch): the same at every context
+    assert plain.at(5000) is plain
+
+    path = tmp_path / "curve.json"
+
+    def measure() -> CostCurve:
+        return short
+
+    load_or_measure(measure, path)
+    data = json.loads(path.read_text())
+    assert data["context"] == 256 and data["long"]["context"] == 2048
+
+    def fail() -> CostCurve:
+        raise AssertionError("the cached curve should have been read")
+
+    again = load_or_measure(fail, path)
+    assert again.long is not None and again.at(2048).rel(4) == pytest.approx(3.2)
+
+
+def test_a_session_prices_drafts_at_its_prompt_length(default_lm: Any) -> None:
+    """The selector of a reply gets the curve at the prompt's length; the tracker is rebased on
+    it each reply."""
+    from samchat.decoding import ChatSession, DecodingConfig
+
+    curve = CostCurve({1: 1.0, 2: 1.5, 64: 20.0}, fixed=True)
+    curve.long = CostCurve({1: 1.0, 2: 3.0, 64: 60.0}, context=1256)
+    session = ChatSession(default_lm, DecodingConfig(method="sam+tr"), cost_curve=curve)
+    short = session._plan_drafting(200)
+    assert short is not None and short.selector.curve.rel(2) == pytest.approx(1.5)
+    long = session._plan_drafting(756)
+    assert long is not None and long.selector.curve.rel(2) == pytest.approx(2.25)
+    assert long.tracker.curve is long.selector.curve
+
+
 def test_measured_curve_is_cached(tmp_path: Any) -> None:
     from tests.decoding.conftest import make_tiny_llama
 

@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 import torch
 
-from samchat.decoding import ChatSession, DecodingConfig, SamplingParams
+from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepStats
 from samchat.decoding.budget import CostCurve
+from samchat.decoding.drafter import Selector
 from samchat.decoding.recycling import PROMPT_ROWS, TokenRecyclingDrafter
+from samchat.decoding.session import REST_SAMPLE
 from samchat.engines import open_engine
 from tests.decoding.prompts import LONG_CONTEXT
 
@@ -60,3 +62,37 @@ def test_a_session_fills_recycling_from_the_last_prompt_rows(lm: Any) -> None:
     plain = ChatSession(lm, DecodingConfig(method="plain"))
     list(plain.generate(messages, SamplingParams(max_new_tokens=1)))
     assert plain.prompt_rows is None
+
+
+def test_recycling_rests_where_none_of_its_trees_can_pay(lm: Any) -> None:
+    """Where 2 rows cost 1.7x one (llama.cpp's Q4_1 file on two cores), no Token Recycling tree
+    pays: the session asks for no prompt rows, never drafts with it, and lets it read only one
+    forward in REST_SAMPLE, so its bookkeeping leaves the steps that draft nothing."""
+    steep = CostCurve({1: 1.0, 2: 1.7, 4: 2.6, 8: 4.3, 16: 7.4, 64: 25.0}, fixed=True)
+    session = ChatSession(lm, DecodingConfig(method="sam+tr"), cost_curve=steep)
+    table = TokenRecyclingDrafter(lm.vocab_size)
+    reads: list[int] = []
+    observe = table.observe
+
+    def counted(ids: Any, logits: Any) -> None:
+        reads.append(len(ids))
+        observe(ids, logits)
+
+    table.observe = counted  # type: ignore[method-assign]
+    session.aux_drafter = table
+    messages = [{"role": "user", "content": LONG_CONTEXT[0]}]
+    params = SamplingParams(max_new_tokens=3 * REST_SAMPLE + 2)
+    events = list(session.generate(messages, params))
+    steps = [e for e in events if isinstance(e, StepStats)]
+    assert session.prompt_rows is None
+    assert steps and not any("tr" in e.drafter for e in steps)
+    assert len(reads) == len(steps) // REST_SAMPLE >= 2
+    assert (table.adj[:, 0] >= 0).sum() >= 1  # what it read, it learned
+
+    # The same drafter, the same rates, on a flat curve: its trees pay, so it works every step.
+    flat = Selector(DecodingConfig(), CostCurve.flat(), session._acceptance, aux=table)
+    assert flat.tree_can_pay(table)
+    assert not Selector(DecodingConfig(), steep, session._acceptance, aux=table).tree_can_pay(table)
+    # SAM-Decoding's rule (not adaptive) drafts with Token Recycling whatever the curve says.
+    rule = DecodingConfig(adaptive=False)
+    assert Selector(rule, steep, session._acceptance, aux=table).tree_can_pay(table)
