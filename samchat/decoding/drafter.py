@@ -227,11 +227,11 @@ class Selector:
         the drafter's current acceptance rates. On a steep curve (llama.cpp on a small CPU: 2
         rows cost 1.7x one) none is, and the drafter rests: its bookkeeping would only slow
         the steps that draft nothing. SAM-Decoding's rule (not `adaptive`) drafts with it
-        whatever it costs."""
-        if not self.config.adaptive:
-            return True
+        whatever it costs. Where trees cannot be verified it can never draft."""
         if not self.trees_allowed:
             return False
+        if not self.config.adaptive:
+            return True
         cap = self.cap
         return any(
             (1.0 + aux.potential(s)) / self.curve.rel(s + 1) > 1.0
