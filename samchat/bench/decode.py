@@ -688,7 +688,7 @@ def llama_pld(lm: Any) -> Any:
 
     llama()  # initialised once, llama.cpp's log routed to Python logging
 
-    class CountingLlama(llama_cpp.Llama):
+    class CountingLlama(llama_cpp.Llama):  # type: ignore[misc,unused-ignore]  # Any without it
         evals = 0
 
         def eval(self, tokens: Sequence[int]) -> None:

@@ -53,7 +53,6 @@ class LlamaCppEngine:
         self.n_vocab = int(self.weights.n_vocab)
         params = lib.llama_context_default_params()
         params.n_ctx = int(n_ctx or lm.context_limit)
-        self.n_ctx_limit = int(lm.context_limit)
         params.n_batch = MAX_BATCH
         params.n_ubatch = 512
         params.n_seq_max = MAX_SEQ
@@ -249,7 +248,7 @@ class LlamaCppEngine:
         from samchat.engines.cpu import cpu_name
 
         path = self.weights.path
-        long_context = min(LONG_CONTEXT, self.n_ctx_limit - 2 * MAX_SEQ)
+        long_context = min(LONG_CONTEXT, int(self.lm.context_limit) - 2 * MAX_SEQ)
         ident = f"llamacpp|{version()}|{cpu_name()}|{threads()}|{path.resolve()}|{long_context}"
         ident += f"|{path.stat().st_size}|{self.weights.file_type}"
         digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
