@@ -29,6 +29,15 @@ def register_bench(sub: Any) -> None:
         "its speedups are measured against it",
     )
     parser.add_argument("--per-category", type=int, default=3)
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the questions N times, each time from fresh sessions, and keep each "
+        "method's fastest run of each question (steadier ratios on a busy machine; replies "
+        "must not change between runs). With --warm-chats, the warm table runs once",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument(
         "--warm-chats",
@@ -111,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
     path = args.questions or default_questions_path()
     questions = load_questions(path)
     evaluated = pick(questions, args.per_category, skip=args.warm_chats)
+    if args.repeat < 1:
+        raise SamchatError(f"--repeat must be >= 1, got {args.repeat}")
     if args.max_draft < 0:
         raise SamchatError(f"--max-draft must be >= 0, got {args.max_draft}")
     curve = cost_curve_option(args.cost_curve)
@@ -143,9 +154,12 @@ def run(args: argparse.Namespace) -> int:
             say(f"corpus: {len(summary.documents)} documents from {args.corpus}")
             bench.rag = args.rag
         bench.prepare()
-        cold_results = bench.run(evaluated)
+        cold_results = bench.run_passes(evaluated, args.repeat)
+        if cold_results.changed:
+            say(f"warning: {cold_results.changed} replies differed between runs")
         cold = cold_results.table()
         output.update(cold)
+        output["meta"]["replies_changed_between_runs"] = cold_results.changed
         output["meta"]["engines"] = bench.engine_details()
         print("## without warm-up\n" + format_table(cold))
         tables["cold"] = cold
@@ -212,6 +226,7 @@ def _meta(
         "date": time.strftime("%Y-%m-%d"),
         "questions": str(path),
         "per_category": args.per_category,
+        "repeat": args.repeat,
         "max_new_tokens": args.max_new_tokens,
         "warm_chats": args.warm_chats,
         "max_draft": args.max_draft,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 # Bumped when the verification forward changes, so cached curves of the old path are re-measured.
-CURVE_VERSION = 3
+CURVE_VERSION = 4
 # A cached curve above this at 4 inputs was measured under heavy load: measure again.
 _PLAUSIBLE_REL4 = 3.0
 # The model's own kernels on the reference 2-core CPU (ENVIRONMENT.md): a conservative stand-in
@@ -40,9 +41,10 @@ class CostCurve:
     A `fixed` curve is not refined from the forwards decoding times (a curve given on purpose:
     the benchmark's simulated flat GPU-like costs, or one read from a file). `kernels` is the
     plan the torch engine measured the curve with (kernels.py; None elsewhere). `long`, where
-    an engine measured one, is the curve after `long.context` cached tokens: verifying after a
-    long context can cost relatively more (llama.cpp: 2 rows 1.64x one after 256 tokens, 1.8-2.0x
-    after 1,024-3,072), and `at(context)` interpolates between the two."""
+    an engine measured one, is the curve after `long.context` cached tokens (itself with a
+    `long` of its own, for a third context): verifying after a long context can cost relatively
+    more (llama.cpp: 4 rows 2.4x one after 256 tokens, 3.0x after 1,024, 3.1x after 2,048), and
+    `at(context)` interpolates between them."""
 
     def __init__(
         self,
@@ -54,6 +56,9 @@ class CostCurve:
     ) -> None:
         self.fixed = fixed
         self.kernels = kernels
+        # Measured in fastpath's exact mode, and verification reproduced one-row decoding
+        # bit for bit there (torch in half precision on a CPU; False everywhere else).
+        self.exact = False
         self.context = context  # cached tokens the points were measured after
         self.long = long
         xs = sorted(points)
@@ -91,14 +96,25 @@ class CostCurve:
 
     def at(self, context: int) -> CostCurve:
         """The curve for verifying after `context` cached tokens: this one up to its own
-        context, the long one from its context on, linear in between."""
+        context, the longer ones from theirs on, linear in log(context) in between (the cost
+        climbs fast after a few hundred tokens, then levels off)."""
         long = self.long
         if long is None or context <= self.context or long.context <= self.context:
             return self
-        t = min(1.0, (context - self.context) / (long.context - self.context))
+        if context >= long.context:
+            return long.at(context)
+        t = math.log(context / self.context) / math.log(long.context / self.context)
         xs = sorted(set(self.xs) | set(long.xs))
         points = {x: (1.0 - t) * self.rel(x) + t * long.rel(x) for x in xs}
         return CostCurve(points, fixed=self.fixed, kernels=self.kernels, context=context)
+
+    def long_parts(self) -> dict[str, Any]:
+        """This curve and its longer ones as nested JSON (the cache file's and the benchmark's
+        "long")."""
+        out: dict[str, Any] = {"context": self.context, "relative_cost": self.to_dict()}
+        if self.long is not None:
+            out["long"] = self.long.long_parts()
+        return out
 
     @classmethod
     def flat(cls, max_inputs: int = 64) -> CostCurve:
@@ -140,11 +156,13 @@ def _sync(device: torch.device) -> None:
 
 @torch.inference_mode()
 def measure_cost_curve(
-    model: Any, device: torch.device, context: int = 256, reps: int = 4
+    model: Any, device: torch.device, context: int = 256, reps: int = 4, exact: bool = False
 ) -> CostCurve:
     """Time forwards of 1, 2, 4 ... 64 new tokens after `context` cached tokens, on each kernel
     candidate (kernels.py), and keep the fastest per size: the curve is relative to the
-    fastest one-row forward, and carries the plan as `kernels`.
+    fastest one-row forward, and carries the plan as `kernels`. With `exact`, every forward
+    runs in fastpath's exact mode, and the curve's `exact` says whether verification then
+    reproduced one-row decoding bit for bit here (exactness.py).
 
     Sizes and kernels are interleaved round by round and each keeps its median time, so that
     bursts of load from other processes hit all alike (the fastest of a few runs is a lucky
@@ -154,6 +172,7 @@ def measure_cost_curve(
 
     kv = KVCache(model)
     forward = ModelForward(model)  # the same path verification takes
+    forward.exact = exact and forward.fast
     vocab = int(model.config.vocab_size)
     gen = torch.Generator().manual_seed(0)
     ctx = torch.randint(0, vocab, (1, context), generator=gen).to(device)
@@ -171,21 +190,35 @@ def measure_cost_curve(
         return dt
 
     plan, med = measure_kernels(run, SIZES, forward.candidates, reps)
-    return CostCurve({n: t / med[1] for n, t in med.items()}, kernels=plan)
+    curve = CostCurve({n: t / med[1] for n, t in med.items()}, kernels=plan)
+    if forward.exact:
+        from samchat.decoding.exactness import check_exact
+
+        forward.plan = plan
+        curve.exact = check_exact(forward, model, device)
+    return curve
 
 
 def measure_engine(
-    engine: Engine, vocab: int, context: int = 256, reps: int = 5, long_context: int = 0
+    engine: Engine,
+    vocab: int,
+    context: int = 256,
+    reps: int = 5,
+    long_contexts: tuple[int, ...] = (),
 ) -> CostCurve:
     """measure_cost_curve through the Engine interface, on an engine of its own (its cache is
-    reset and filled with random tokens); with long_context, also after that many tokens (the
-    curve's `long`)."""
+    reset and filled with random tokens); also after each of long_contexts tokens (the chain
+    of `long` curves)."""
     curve = _measure_engine_at(engine, vocab, context, reps, SIZES)
-    if long_context > context:
+    last = curve
+    for long_context in sorted(long_contexts):
+        if long_context <= last.context:
+            continue
         # Up to 16 inputs (beyond, the curve goes on along its last slope), fewer rounds: the
         # long forwards are the slow ones, and this runs the first time a model is used.
         sizes = tuple(n for n in SIZES if n <= 16)
-        curve.long = _measure_engine_at(engine, vocab, long_context, min(reps, 3), sizes)
+        last.long = _measure_engine_at(engine, vocab, long_context, min(reps, 3), sizes)
+        last = last.long
     return curve
 
 
@@ -291,10 +324,13 @@ def load_or_measure(
             kernels = plan_from(data["kernels"]) if "kernels" in data else None
             points = {int(k): float(v) for k, v in data["relative_cost"].items()}
             curve = CostCurve(points, kernels=kernels, context=int(data.get("context", 256)))
-            if "long" in data:
-                long = data["long"]
-                long_points = {int(k): float(v) for k, v in long["relative_cost"].items()}
-                curve.long = CostCurve(long_points, context=int(long["context"]))
+            curve.exact = bool(data.get("exact", False))
+            last, part = curve, data
+            while "long" in part:
+                part = part["long"]
+                long_points = {int(k): float(v) for k, v in part["relative_cost"].items()}
+                last.long = CostCurve(long_points, context=int(part["context"]))
+                last = last.long
             if min(curve.ys) > 0 and curve.rel(4) <= _PLAUSIBLE_REL4:
                 return curve
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, ArithmeticError):
@@ -315,9 +351,11 @@ def load_or_measure(
             "relative_cost": curve.to_dict(),
         }
         if curve.long is not None:
-            payload["long"] = {"context": curve.long.context, "relative_cost": curve.long.to_dict()}
+            payload["long"] = curve.long.long_parts()
         if curve.kernels is not None:
             payload["kernels"] = curve.kernels.to_dict()
+        if curve.exact:
+            payload["exact"] = True
         if about:
             payload["about"] = about
         cache_file.write_text(json.dumps(payload, indent=1))

@@ -52,12 +52,16 @@ class ModelForward:
             self.decoder_kwarg = cache_kwarg(decoder)
             self.weight: torch.Tensor = head.weight
         self.plan: KernelPlan = DEFAULT_PLAN if self.fast else STOCK_PLAN
+        # Every decoding forward (one row or a draft) in fastpath's exact mode: set by the
+        # engine where it checked, on this machine, that rows then verify bit for bit.
+        self.exact = False
 
     def candidates(self, n: int) -> tuple[str, ...]:
         """The kernels worth timing for n inputs."""
         if not self.fast:
             return ("stock",)
-        if n == 1 or not self.patched:  # one query row, or no patched decoder: no GQA packing
+        # One query row, no patched decoder, or exact mode (its own attention): no GQA packing.
+        if n == 1 or not self.patched or self.exact:
             return ("stock", "wht")
         return ("stock", "wht", "wht+gqa")
 
@@ -78,13 +82,17 @@ class ModelForward:
         n = ids.shape[1]
         if self.fast and not last_only and n <= fastpath.MAX_ROWS:
             linear, attention = self.plan.flags(n)
-            if linear or attention:
+            if linear or attention or self.exact:
                 kwargs[self.decoder_kwarg] = cache
-                with fastpath.verifying(linear, attention):
+                with fastpath.verifying(linear, attention, self.exact):
                     hidden = self.decoder(input_ids=ids, **kwargs).last_hidden_state[0]
+                if self.exact:
+                    hidden = fastpath.exact_rows(hidden)
                 if linear:
-                    return torch.mm(self.weight, hidden.t()).t().contiguous()
-                return torch.nn.functional.linear(hidden, self.weight)
+                    rows = torch.mm(self.weight, hidden.t()).t().contiguous()
+                else:
+                    rows = torch.nn.functional.linear(hidden, self.weight)
+                return rows[:n]
         kwargs[self.kwarg] = cache
         if last_only and self.logits_to_keep:
             kwargs["logits_to_keep"] = 1

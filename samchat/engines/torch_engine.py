@@ -39,10 +39,15 @@ class TorchEngine:
         self.plain_reason: str | None = None
         self.tree_reason: str | None = None
         self.inexact_reason: str | None = None
-        if self.dtype in (torch.bfloat16, torch.float16):
-            # Measured (docs/benchmarks.md): in bfloat16 on a CPU, 11 of 13 greedy sam+tr
-            # replies differed from plain ones; a multi-row forward rounds differently from a
-            # one-row one, and half precision turns that into different tokens.
+        half = self.dtype in (torch.bfloat16, torch.float16)
+        # On a CPU, half precision can verify exactly (fastpath's exact mode) where fit()'s
+        # measurement saw it do so on this machine; until then, and elsewhere, it is inexact.
+        self._exact_candidate = half and self._fwd.patched
+        if half:
+            # Measured (docs/benchmarks.md): in bfloat16 on a CPU with the ordinary kernels,
+            # 11 of 13 greedy sam+tr replies differed from plain ones; a multi-row forward
+            # rounds differently from a one-row one, and half precision turns that into
+            # different tokens.
             name = str(self.dtype).removeprefix("torch.")
             self.inexact_reason = (
                 f"in {name}, drafted replies can differ from plain decoding (verification rounds "
@@ -97,7 +102,17 @@ class TorchEngine:
         """Take the kernels measured fastest on this machine for each input size (measured with
         the cost curve, once per model, dtype, CPU and torch version, then cached)."""
         if self._fwd.fast:
-            self._fwd.plan = self.cost_curve().kernels or DEFAULT_PLAN
+            curve = self.cost_curve()
+            self._fwd.plan = curve.kernels or DEFAULT_PLAN
+            if self._exact_candidate and curve.exact and not self._fwd.exact:
+                self._fwd.exact = True
+                self.inexact_reason = None
+                name = str(self.dtype).removeprefix("torch.")
+                # A tree's draft keys lie apart in the cache, and no padding makes the fused
+                # attention reduce them as one-row decoding does: sequences only.
+                self.tree_reason = self.tree_reason or (
+                    f"in {name}, only sequence drafts verify bit for bit (exact mode)"
+                )
 
     def _about(self) -> dict[str, str]:
         """What a measurement is of: it holds for every model object loaded from the same
@@ -126,8 +141,9 @@ class TorchEngine:
             if curve is None:
                 model, device = self.model, self.device
                 cache = self.cache_dir
+                exact = self._exact_candidate
                 curve = load_or_measure(
-                    lambda: measure_cost_curve(model, device),
+                    lambda: measure_cost_curve(model, device, exact=exact),
                     cache / "costs" / f"{digest}.json" if cache is not None else None,
                     about=self._about(),
                 )

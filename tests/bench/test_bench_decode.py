@@ -16,6 +16,7 @@ from samchat.bench.decode import (
     load_questions,
     parse_methods,
     pick,
+    reply_cost,
     setup_spec,
     warm_plan,
 )
@@ -184,6 +185,30 @@ def test_the_cost_model_prices_each_step_on_the_measured_curve() -> None:
     assert row in format_table(table)
 
 
+def test_reply_cost_prices_steps_at_the_prompts_context() -> None:
+    """Steps after a long prompt cost what the long-context curve says, as the selector saw."""
+    from samchat.decoding.budget import CostCurve
+
+    curve = CostCurve({1: 1.0, 2: 1.5, 4: 2.5}, context=256)
+    curve.long = CostCurve({1: 1.0, 2: 2.0, 4: 3.5}, context=2048)
+    assert reply_cost(curve, 100, [1, 2, 4]) == 1.0 + 1.5 + 2.5
+    assert reply_cost(curve, 4000, [1, 2, 4]) == 1.0 + 2.0 + 3.5
+    assert reply_cost(curve, 724, [2]) == pytest.approx(1.75, abs=0.001)  # halfway in log
+
+
+def test_keep_fastest_keeps_each_questions_fastest_run_and_counts_changes() -> None:
+    a, b = Question("1", "qa", ("x",)), Question("2", "qa", ("y",))
+    first, second = Results(("torch:plain",)), Results(("torch:plain",))
+    first.add("torch:plain", a, _run([1, 2], 1.0))
+    first.add("torch:plain", b, _run([3, 4], 0.5))
+    second.add("torch:plain", a, _run([1, 2], 0.4))  # faster: kept
+    second.add("torch:plain", b, _run([3, 5], 0.9))  # slower, and another reply
+    first.keep_fastest(second)
+    assert first.runs["torch:plain"]["1"].seconds == 0.4
+    assert first.runs["torch:plain"]["2"].seconds == 0.5
+    assert first.changed == 1
+
+
 def test_bad_command_line_values_are_one_line_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -197,6 +222,7 @@ def test_bad_command_line_values_are_one_line_errors(
         return err
 
     assert "--max-draft must be >= 0" in one_line_error("--max-draft", "-1")
+    assert "--repeat must be >= 1" in one_line_error("--repeat", "0")
     assert "cannot read the cost curve" in one_line_error("--cost-curve", str(tmp_path / "none"))
     (tmp_path / "bad.json").write_text('{"relative_cost": {"2": 1.0}}')
     assert "starts at 1 input" in one_line_error("--cost-curve", str(tmp_path / "bad.json"))
@@ -223,6 +249,7 @@ def test_bench_decode_writes_table_json_and_chart(tmp_path: Path, default_lm: ob
         [
             "bench", "decode", "--questions", str(questions), "--methods", "torch:pld,torch:sam+tr",
             "--per-category", "1", "--max-new-tokens", "12", "--json", str(out), "--png", str(png),
+            "--repeat", "2",
         ]
     )  # fmt: skip
     assert code == 0
@@ -256,6 +283,8 @@ def test_bench_decode_writes_table_json_and_chart(tmp_path: Path, default_lm: ob
     assert data["torch:plain"]["overall"]["speedup_vs_plain"] == 1.0
     assert data["torch:plain"]["overall"]["speedup_vs_best_plain"] == 1.0
     assert data["meta"]["configurations"]["torch"]["dtype"] == "float32"
+    # two passes from fresh sessions: the same greedy replies, the faster of each kept
+    assert (data["meta"]["repeat"], data["meta"]["replies_changed_between_runs"]) == (2, 0)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -90,16 +90,21 @@ def test_cost_curve_never_falls_beyond_its_last_point() -> None:
 
 def test_a_curve_with_a_long_context_part_is_priced_at_the_context(tmp_path: Any) -> None:
     """Verification after a long context costs relatively more (llama.cpp): `at(context)`
-    follows the short curve up to its context, the long one from its context on, linear
-    between; the cache keeps both parts."""
+    follows the short curve up to its context, each longer one from its context on, linear in
+    log(context) between; the cache keeps every part."""
     short = CostCurve({1: 1.0, 2: 1.6, 4: 2.4, 64: 25.0})
-    short.long = CostCurve({1: 1.0, 2: 2.0, 4: 3.2, 16: 10.0}, context=2048)
+    mid = CostCurve({1: 1.0, 2: 1.9, 4: 3.0, 16: 9.0}, context=1024)
+    mid.long = CostCurve({1: 1.0, 2: 2.0, 4: 3.2, 16: 10.0}, context=2048)
+    short.long = mid
     assert short.at(100) is short and short.at(256) is short
+    assert short.at(1024).rel(4) == pytest.approx(3.0)
     assert short.at(2048).rel(4) == pytest.approx(3.2)
-    assert short.at(9000).rel(2) == pytest.approx(2.0)  # held beyond the long context
-    middle = short.at(256 + (2048 - 256) // 2)
-    assert middle.rel(2) == pytest.approx(1.8) and middle.rel(4) == pytest.approx(2.8)
+    assert short.at(9000).rel(2) == pytest.approx(2.0)  # held beyond the longest context
+    middle = short.at(512)  # halfway from 256 to 1,024 in log(context)
+    assert middle.rel(2) == pytest.approx(1.75) and middle.rel(4) == pytest.approx(2.7)
     assert middle.long is None and middle.at(4000) is middle
+    upper = short.at(1448)  # ~halfway from 1,024 to 2,048
+    assert upper.rel(4) == pytest.approx(3.1, abs=0.002)
     plain = CostCurve({1: 1.0, 4: 2.0})  # no long part (torch): the same at every context
     assert plain.at(5000) is plain
 
@@ -110,13 +115,15 @@ def test_a_curve_with_a_long_context_part_is_priced_at_the_context(tmp_path: Any
 
     load_or_measure(measure, path)
     data = json.loads(path.read_text())
-    assert data["context"] == 256 and data["long"]["context"] == 2048
+    assert data["context"] == 256 and data["long"]["context"] == 1024
+    assert data["long"]["long"]["context"] == 2048
 
     def fail() -> CostCurve:
         raise AssertionError("the cached curve should have been read")
 
     again = load_or_measure(fail, path)
     assert again.long is not None and again.at(2048).rel(4) == pytest.approx(3.2)
+    assert again.at(512).rel(4) == pytest.approx(2.7)
 
 
 def test_a_session_prices_drafts_at_its_prompt_length(default_lm: Any) -> None:
@@ -125,11 +132,11 @@ def test_a_session_prices_drafts_at_its_prompt_length(default_lm: Any) -> None:
     from samchat.decoding import ChatSession, DecodingConfig
 
     curve = CostCurve({1: 1.0, 2: 1.5, 64: 20.0}, fixed=True)
-    curve.long = CostCurve({1: 1.0, 2: 3.0, 64: 60.0}, context=1256)
+    curve.long = CostCurve({1: 1.0, 2: 3.0, 64: 60.0}, context=1024)
     session = ChatSession(default_lm, DecodingConfig(method="sam+tr"), cost_curve=curve)
     short = session._plan_drafting(200)
     assert short is not None and short.selector.curve.rel(2) == pytest.approx(1.5)
-    long = session._plan_drafting(756)
+    long = session._plan_drafting(512)  # halfway from 256 to 1,024 tokens in log(context)
     assert long is not None and long.selector.curve.rel(2) == pytest.approx(2.25)
     assert long.tracker.curve is long.selector.curve
 
