@@ -428,9 +428,7 @@ def test_half_precision_drafting_is_exact_where_this_machine_verifies_exactly(
     assert done.notice == ""
     assert session.tree_reason is not None and "sequence" in session.tree_reason
     chats = [[p] for p in SINGLE_TURN[:6]] + [list(t) for t in MULTI_TURN[:2]]
-    assert _bf16_replies(bf16_lm, "sam+tr", chats, 48) == _bf16_replies(
-        bf16_lm, "plain", chats, 48
-    )
+    assert _bf16_replies(bf16_lm, "sam+tr", chats, 48) == _bf16_replies(bf16_lm, "plain", chats, 48)
 
 
 @pytest.mark.model
