@@ -400,6 +400,11 @@ def bucket(match_len: int) -> int:
 # fell below paying drifts back toward the prior and gets tried again (nothing else would ever
 # update it).
 _SKIP_DECAY = 0.97
+# Each reply keeps this share of the evidence before it: acceptance follows the text, and
+# rates learned on one kind of text (extraction, translation) made long drafts fail on the next
+# (summarization, math reasoning: llama.cpp sam+tr 0.96x plain there; 1.00-1.01x with the fade,
+# one run, docs/benchmarks.md).
+REPLY_FADE = 0.5
 
 
 class AcceptanceModel:
@@ -435,6 +440,12 @@ class AcceptanceModel:
     def skipped(self, drafter: str, match_len: int) -> None:
         """The selector had this bucket's match and did not draft from it."""
         self._rows(drafter)[2][bucket(match_len)] += 1
+
+    def fade(self, factor: float) -> None:
+        """Scale all evidence by factor (a new text: what was learned elsewhere counts less)."""
+        for rows in (*self._acc.values(), *self._rej.values()):
+            for b, v in enumerate(rows):
+                rows[b] = v * factor
 
     def update(self, drafter: str, match_len: int, draft_len: int, accepted: int) -> None:
         acc, rej, skips = self._rows(drafter)

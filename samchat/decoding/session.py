@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from samchat.decoding.budget import AcceptanceModel, CostCurve, CostTracker
+from samchat.decoding.budget import REPLY_FADE, AcceptanceModel, CostCurve, CostTracker
 from samchat.decoding.drafter import PLAIN, Decision, Drafter, Selector
 from samchat.decoding.events import Event, StepStats
 from samchat.decoding.params import DecodingConfig, SamplingParams
@@ -329,6 +329,8 @@ class ChatSession:
         if inexact and not self._told_inexact and self.config.method != "plain":
             self._told_inexact = True  # once per session: every reply would be noise
             notice = f"{notice}; {inexact}" if notice else inexact
+        # Each reply is new text: what earlier replies taught counts half (REPLY_FADE).
+        self._acceptance.fade(REPLY_FADE)
         drafting = self._plan_drafting(len(prompt))
         reused = self.prefill_tokens(prompt, self._prompt_logit_rows(drafting))
         if drafting is not None:

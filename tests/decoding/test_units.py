@@ -12,6 +12,7 @@ import torch
 
 from samchat.decoding.budget import (
     CURVE_VERSION,
+    REPLY_FADE,
     SIZES,
     AcceptanceModel,
     CostCurve,
@@ -198,6 +199,24 @@ def test_acceptance_model_learns_per_bucket() -> None:
     assert model.rate("dyn", 2) < 0.05
     assert model.rate("static", 6) == prior  # per drafter
     assert bucket(0) == 0 and bucket(5) == bucket(7) and bucket(8) > bucket(7)
+
+
+def test_acceptance_fade_moves_rates_back_toward_the_prior() -> None:
+    model = AcceptanceModel()
+    prior = model.rate("dyn", 20)
+    for _ in range(40):
+        model.update("dyn", 20, 16, 16)  # long drafts all accepted on one kind of text
+    learned = model.rate("dyn", 20)
+    faded = AcceptanceModel()
+    for _ in range(40):
+        faded.update("dyn", 20, 16, 16)
+    faded.fade(REPLY_FADE)
+    faded.fade(REPLY_FADE)
+    assert prior < faded.rate("dyn", 20) < learned
+    for m in (model, faded):  # then the same failures on new text
+        for _ in range(3):
+            m.update("dyn", 20, 16, 0)
+    assert faded.rate("dyn", 20) < model.rate("dyn", 20)
 
 
 class FixedDrafter(Drafter):
