@@ -47,11 +47,12 @@ def _isolated_dirs(
 
 @pytest.fixture(scope="session")
 def default_lm() -> Iterator[object]:
-    """The real default model (SmolLM2-135M-Instruct) on the torch engine, loaded once."""
+    """The real default model (SmolLM2-135M-Instruct) on the torch engine in float32, loaded
+    once (`--dtype auto` may take bfloat16 on this machine: tests/engines/test_dtype_fit.py)."""
     from samchat.models import load_model
     from samchat.models.loader import ModelSpec
 
-    yield load_model(ModelSpec(engine="torch"))
+    yield load_model(ModelSpec(engine="torch", dtype="float32"))
 
 
 @pytest.fixture(scope="session")

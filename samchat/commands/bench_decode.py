@@ -154,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
             say(f"corpus: {len(summary.documents)} documents from {args.corpus}")
             bench.rag = args.rag
         bench.prepare()
+        for label, lm in models.items():  # --dtype auto settled as the sessions opened
+            output["meta"]["configurations"][label]["dtype"] = lm.dtype
         cold_results = bench.run_passes(evaluated, args.repeat)
         if cold_results.changed:
             say(f"warning: {cold_results.changed} replies differed between runs")

@@ -57,6 +57,10 @@ class LoadedModel:
     dtype: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     engine: str = "torch"  # which samchat.engines implementation runs `model`
+    # --dtype auto on a CPU: the first engine measures float32 against bfloat16 and may convert
+    # the weights (engines/dtype_fit.py); dtype_verdict then says what it found.
+    auto_dtype: bool = False
+    dtype_verdict: str = ""
 
     @property
     def context_limit(self) -> int:
@@ -454,6 +458,7 @@ def load_model(
         eos_ids=_eos_ids(model, tokenizer),
         source=spec.source or where.path,
         dtype=str(dtype).removeprefix("torch."),
+        auto_dtype=spec.dtype == "auto" and quant is None and device.type == "cpu",
     )
 
 

@@ -3,6 +3,7 @@ streamed or not (the default engine, llama.cpp, is covered in test_serve_api.py)
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -25,6 +26,8 @@ def test_torch_replies_equal_ask_on_torch(server: Server) -> None:
     client = server.client()
     plain = client.chat.completions.create(model="default", messages=messages, max_tokens=24)  # type: ignore[arg-type]
     text, _ = streamed(client, model="default", messages=messages, max_tokens=24)
+    # What the server measured here (--dtype auto's verdict, cost curves) holds for ask too.
+    shutil.copytree(server.home / "cache", server.home / "ask" / "cache", dirs_exist_ok=True)
     asked = ask(server.home / "ask", PROMPT, "--engine", "torch", "--max-new-tokens", "24")
     assert plain.choices[0].message.content == text == asked != ""
     assert "with llama.cpp" not in server.stderr()

@@ -178,14 +178,15 @@ async def test_the_engine_picked_on_the_model_screen_runs_and_is_saved(
 ) -> None:
     app = make_app(config=config(4), cost_curve=curve)
     async with app.run_test(size=(120, 36)) as pilot:
-        for engine, runs in (("torch", "torch float32"), ("llamacpp", "llamacpp Q4_1")):
+        for engine, types in (("torch", ("float32", "bfloat16")), ("llamacpp", ("Q4_1",))):
             await pilot.press("ctrl+l")
             await wait_for(pilot, lambda: isinstance(app.screen, ModelScreen))
             app.screen.query_one("#model-engine", Select).value = engine
             await pilot.press("enter")  # empty source = the bundled default
             await wait_for(pilot, lambda e=engine: app.lm is not None and app.lm.engine == e, 180)
+            assert app.lm is not None and app.lm.dtype in types  # torch: --dtype auto's pick
             status = str(app.query_one("#status").render())
-            assert f"model SmolLM2-135M-Instruct ({runs}, cpu)" in status
+            assert f"model SmolLM2-135M-Instruct ({engine} {app.lm.dtype}, cpu)" in status
             assert app.cfg.engine == engine
             assert tomllib.loads(config_path.read_text())["engine"] == engine
         # The screen opens on the engine in use.
