@@ -1,4 +1,4 @@
-"""Faster multi-token verification forwards on a CPU.
+"""Faster multi-token verification forwards (the linears on a CPU, the attention anywhere).
 
 Two things make a forward over a few new tokens cost far more than one token on a CPU, though
 both stream the same weights once:
@@ -199,15 +199,15 @@ def _register() -> None:
 
 
 def install(model: Any, device: torch.device) -> bool:
-    """Patch the model's decoder for fast verification on a CPU; True when patched."""
-    if device.type != "cpu":
-        return False  # GPU GEMMs handle a few rows well; nothing to gain
+    """Patch the model's decoder for fast verification; True when patched. On a GPU only the
+    attention: its GEMMs handle a few rows well, but stock sdpa with a mask still copies every
+    layer's cached keys and values per query head."""
     if getattr(model, "_samchat_fastpath", False):
         return True
     decoder = getattr(model, "model", None)
     if not isinstance(decoder, torch.nn.Module):
         return False
-    for mod in decoder.modules():
+    for mod in decoder.modules() if device.type == "cpu" else ():
         # Not quantised or other Linear subclasses, nor layers wrapped by accelerate's hooks.
         if type(mod) is torch.nn.Linear and not hasattr(mod, "_hf_hook"):
             mod.forward = types.MethodType(_linear_forward, mod)  # type: ignore[method-assign]

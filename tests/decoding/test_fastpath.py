@@ -180,10 +180,33 @@ def test_verifying_flag_is_per_thread() -> None:
     assert seen == [False]  # another thread (e.g. transformers' generate) keeps stock kernels
 
 
-def test_no_patching_off_cpu_and_installing_twice_is_harmless() -> None:
+def test_off_cpu_only_the_attention_is_packed() -> None:
+    """On a GPU the grouped attention still saves the per-head K/V copies; the linears keep
+    their GEMMs. (Installed for "cuda" on a CPU model: install only reads the device type.)"""
     model = make_tiny_llama()
-    assert not fastpath.install(model, torch.device("cuda"))
-    assert model.config._attn_implementation == "sdpa"
+    ref = make_tiny_llama()
+    assert fastpath.install(model, torch.device("cuda"))
+    assert model.config._attn_implementation == fastpath.ATTN_NAME
+    linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    assert linears and all("forward" not in m.__dict__ for m in linears)
+    prefix, draft = list(range(3, 40)), [5, 9, 2, 7, 1]
+    tree = DraftTree(draft, [-1, 0, 1, -1, 3], "t")
+    lay = tree.layout()
+    n = len(prefix) - 1  # cached before the verified inputs
+    mask = lay.attention_mask(n, torch.float32, torch.device("cpu"))
+    pos = lay.position_ids(n, torch.device("cpu"))
+    ids = torch.tensor([[prefix[-1], *draft]])
+    out = []
+    for m in (model, ref):
+        kv = KVCache(m)
+        with torch.inference_mode(), fastpath.verifying(linear=False, attention=True):
+            _stock_logits(m, torch.tensor([prefix[:-1]]), kv.cache, None, None)
+            out.append(_stock_logits(m, ids, kv.cache, mask, pos))
+    assert torch.allclose(out[0], out[1], atol=1e-5)
+
+
+def test_installing_twice_is_harmless() -> None:
+    model = make_tiny_llama()
     assert fastpath.install(model, torch.device("cpu"))
     assert fastpath.install(model, torch.device("cpu"))
     eager = make_tiny_llama(attn="eager")
