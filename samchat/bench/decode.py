@@ -620,7 +620,7 @@ class DecodeBench:
                 }
                 if curve.long is not None:  # the same after longer contexts
                     out[label]["long"] = curve.long.long_parts()
-                if getattr(session.lm, "dtype_verdict", ""):  # --dtype auto's measurement
+                if session.lm.dtype_verdict:  # --dtype auto's measurement
                     out[label]["dtype_auto"] = session.lm.dtype_verdict
         return out
 

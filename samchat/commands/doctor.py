@@ -105,12 +105,11 @@ def _kernel_rows(cache: Path) -> list[tuple[str, str]]:
 def _dtype_rows(cache: Path) -> list[tuple[str, str]]:
     """What `--dtype auto` took for torch models on this CPU (measured at a model's first use,
     cached)."""
-    from samchat.engines.cpu import cpu_flags
-    from samchat.engines.dtype_fit import BF16_FLAGS, cached_verdicts
+    from samchat.engines.dtype_fit import cached_verdicts, has_bf16_kernels
 
     found = cached_verdicts(cache / "dtype")
     if not found:
-        if set(BF16_FLAGS) & set(cpu_flags()):
+        if has_bf16_kernels():
             state = "float32 or bfloat16, measured at a torch model's first use"
         else:
             state = "float32 (this CPU has no bfloat16 instructions)"

@@ -58,6 +58,11 @@ class Verdict:
         return f"{self.dtype} (expected with drafts: {figures}{why})"
 
 
+def has_bf16_kernels() -> bool:
+    """This CPU has bfloat16 instructions (so --dtype auto measures bfloat16 too)."""
+    return bool(set(BF16_FLAGS) & set(cpu_flags()))
+
+
 def wants_choice(lm: Any) -> bool:
     """Whether lm is a float32 torch model loaded with --dtype auto on a CPU with bf16 kernels."""
     return bool(
@@ -65,7 +70,7 @@ def wants_choice(lm: Any) -> bool:
         and getattr(lm, "engine", "torch") == "torch"
         and lm.dtype == "float32"
         and lm.device.type == "cpu"
-        and set(BF16_FLAGS) & set(cpu_flags())
+        and has_bf16_kernels()
     )
 
 
