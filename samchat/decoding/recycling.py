@@ -6,6 +6,11 @@ topk(logits_j, k). A draft starts at the last committed token; a template node w
 (r1, ..., rd) takes rank rd among the candidates of its parent's token. The table persists
 across turns and chats (saved per model in the cache directory), so a new session starts warm.
 
+The table is an int32 torch tensor on the device of the logits it learns from (created on the
+CPU, where it shares memory with a numpy array; saved as a `.npy` file). Learning and drafting
+stay on that device: observe() reads nothing back to the host, and propose() gathers the tree
+level by level (one small gather per depth) and reads its tokens back once.
+
 Template shape and size come from running statistics: how often the model's own next token is
 the candidate of rank r. With those rates the expected accepted length of a template is the
 sum over its nodes of the product of the rates along the path, which lets the selection step
@@ -69,6 +74,62 @@ def expected_accepted(template: Sequence[tuple[int, ...]], rates: Sequence[float
     return total
 
 
+def host_gathers(device: torch.device) -> bool:
+    """Whether propose() gathers with numpy (a table on the CPU, whose memory numpy shares:
+    a small numpy gather costs about a microsecond, torch's several) or torch (on device)."""
+    return device.type == "cpu"
+
+
+class _Plan:
+    """A template as gathers from the flattened table: per depth, each node's parent (an index
+    into the depth above) and rank. `parents` numbers the nodes for the DraftTree."""
+
+    __slots__ = ("host", "levels", "parents")
+
+    def __init__(self, template: Sequence[tuple[int, ...]], device: torch.device) -> None:
+        node_of = {path: i for i, path in enumerate(template)}
+        self.parents = [node_of[p[:-1]] if len(p) > 1 else -1 for p in template]
+        self.host = host_gathers(device)
+        self.levels: list[tuple[Any, Any]] = []
+        first: dict[int, int] = {}  # depth -> its first node (the template is by depth)
+        for i, path in enumerate(template):
+            first.setdefault(len(path), i)
+        for depth in sorted(first):
+            nodes = [i for i, p in enumerate(template) if len(p) == depth]
+            above = first.get(depth - 1, 0)  # depth 1 has no parent level: rel unused
+            rel = np.array([max(self.parents[i] - above, 0) for i in nodes], dtype=np.int64)
+            ranks = np.array([template[i][-1] for i in nodes], dtype=np.int64)
+            if self.host:
+                self.levels.append((rel, ranks))
+            else:
+                self.levels.append(
+                    (torch.from_numpy(rel).to(device), torch.from_numpy(ranks).to(device))
+                )
+
+    def candidates(self, flat: Any, k: int, last: int) -> list[int]:
+        """Each node's candidate (-1 under a missing one), numpy or torch alike."""
+        ranks = self.levels[0][1]
+        level = flat.take(ranks + k * last)
+        found = [level]
+        for rel, ranks in self.levels[1:]:
+            # Under a -1 parent the index wraps to the last row (numpy and torch wrap
+            # negative indices): propose() drops those nodes with their parent.
+            level = flat.take(ranks + k * level.take(rel))
+            found.append(level)
+        joined = np.concatenate(found) if self.host else torch.cat(found)
+        out: list[int] = joined.tolist()  # the one read back to the host
+        return out
+
+
+def _index(values: list[int], device: torch.device) -> torch.Tensor:
+    # Through numpy: three times faster than torch.tensor(list).
+    t = torch.from_numpy(np.array(values, dtype=np.int64))
+    if device.type == "cuda":
+        # Pinned and non-blocking: a pageable copy could wait for the queued forward.
+        return t.pin_memory().to(device, non_blocking=True)
+    return t if device.type == "cpu" else t.to(device)
+
+
 class TokenRecyclingDrafter(Drafter):
     name = "tr"
     wants_logits = True
@@ -77,11 +138,18 @@ class TokenRecyclingDrafter(Drafter):
         self.vocab_size = vocab_size
         self.k = k
         self.path = path
-        self.adj = np.full((vocab_size, k), -1, dtype=np.int32)
-        if path is not None:
-            self._load(path)
-        self.hits = np.array([p * _PRIOR_WEIGHT for p in _PRIOR_RANK[:k]], dtype=np.float64)
-        self.seen = _PRIOR_WEIGHT
+        table = self._load(path) if path is not None else None
+        if table is None:
+            table = np.full((vocab_size, k), -1, dtype=np.int32)
+        self.adj = torch.from_numpy(table)  # written by observe() only
+        # numpy's view of it while it is on the CPU: propose() gathers there.
+        self._host_flat: np.ndarray[Any, np.dtype[np.int32]] | None = table.reshape(-1)
+        # Rows with a rank-0 candidate, kept on the host: the selector asks every step.
+        self._known = table[:, 0] >= 0
+        # Rank hits and rows seen beyond the prior, summed on the table's device.
+        self.hits = torch.zeros(k, dtype=torch.int64)
+        self.seen = torch.zeros((), dtype=torch.int64)
+        self._plans: dict[int, _Plan] = {}
         self._dirty = False
         self._last = -1
         # Realised / predicted accepted tokens: corrects the independence assumption of the
@@ -103,21 +171,23 @@ class TokenRecyclingDrafter(Drafter):
 
     # -- persistence --------------------------------------------------------------------------
 
-    def _load(self, path: Path) -> None:
+    def _load(self, path: Path) -> np.ndarray[Any, np.dtype[np.int32]] | None:
         try:
             table = np.load(path, allow_pickle=False)
         except FileNotFoundError:
-            return
+            return None
         except (OSError, ValueError) as exc:
             log.warning("ignoring unreadable Token Recycling table %s: %s", path, exc)
-            return
-        if table.shape != self.adj.shape or table.dtype != np.int32:
+            return None
+        if table.shape != (self.vocab_size, self.k) or table.dtype != np.int32:
             log.warning("ignoring Token Recycling table %s of shape %s", path, table.shape)
-            return
+            return None
         if table.min() < -1 or table.max() >= self.vocab_size:
             log.warning("ignoring Token Recycling table %s with out-of-range ids", path)
-            return
-        self.adj = table
+            return None
+        # C order: numpy's flat view and torch's must be the same memory.
+        loaded: np.ndarray[Any, np.dtype[np.int32]] = np.ascontiguousarray(table)
+        return loaded
 
     def save(self) -> None:
         if self.path is None or not self._dirty:
@@ -126,7 +196,7 @@ class TokenRecyclingDrafter(Drafter):
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             tmp = self.path.with_name(self.path.name + f".{os.getpid()}.tmp")
             with open(tmp, "wb") as fh:
-                np.save(fh, self.adj, allow_pickle=False)
+                np.save(fh, self.adj.cpu().numpy(), allow_pickle=False)
             os.replace(tmp, self.path)
             self._dirty = False
         except OSError as exc:  # a read-only cache only costs a cold start next time
@@ -135,16 +205,29 @@ class TokenRecyclingDrafter(Drafter):
     def finish(self) -> None:
         self.save()
 
+    def _move(self, device: torch.device) -> None:
+        self.adj = self.adj.to(device)
+        self._host_flat = self.adj.numpy().reshape(-1) if device.type == "cpu" else None
+        self.hits = self.hits.to(device)
+        self.seen = self.seen.to(device)
+        self._plans.clear()
+
     # -- statistics ---------------------------------------------------------------------------
 
     @property
     def rank_rates(self) -> list[float]:
-        return [float(h / self.seen) for h in self.hits]
+        counts = torch.cat([self.hits, self.seen.view(1)]).tolist()  # the one read back
+        seen = _PRIOR_WEIGHT + counts[-1]
+        return [
+            (p * _PRIOR_WEIGHT + h) / seen
+            for p, h in zip(_PRIOR_RANK[: self.k], counts[:-1], strict=True)
+        ]
 
     def _refresh(self) -> None:
         rates = self.rank_rates
         self._templates = {s: build_template(rates, s) for s in SIZES}
         self._expected = {s: expected_accepted(t, rates) for s, t in self._templates.items()}
+        self._plans.clear()
         self._since_refresh = 0
 
     def tree_sizes(self) -> Sequence[int]:
@@ -152,7 +235,7 @@ class TokenRecyclingDrafter(Drafter):
 
     def expected_accepted(self, max_nodes: int) -> float:
         size = max((s for s in SIZES if s <= max_nodes), default=0)
-        if size == 0 or self._last < 0 or self.adj[self._last, 0] < 0:
+        if size == 0 or self._last < 0 or not self._known[self._last]:
             return 0.0
         return self._expected[size] * self.calibration
 
@@ -183,39 +266,54 @@ class TokenRecyclingDrafter(Drafter):
         if size == 0 or self._last < 0:
             return None
         self._pending_prediction = self._expected[size]
-        adj = self.adj
+        plan = self._plans.get(size)
+        if plan is None:
+            plan = self._plans[size] = _Plan(self._templates[size], self.adj.device)
+        flat = self._host_flat if plan.host else self.adj.view(-1)
+        cand = plan.candidates(flat, self.k, self._last)
+        if -1 not in cand:
+            return DraftTree(cand, list(plan.parents), self.name)
+        # Drop the nodes without a candidate, and their subtrees.
+        new_index = [-1] * len(cand)
         tokens: list[int] = []
         parents: list[int] = []
-        node_of: dict[tuple[int, ...], int] = {}
-        for path in self._templates[size]:
-            if len(path) == 1:
-                parent, ptok = -1, self._last
-            else:
-                pnode = node_of.get(path[:-1])
-                if pnode is None:
-                    continue  # its parent had no candidate
-                parent, ptok = pnode, tokens[pnode]
-            tok = int(adj[ptok, path[-1]])
-            if tok < 0:
+        for i, (tok, parent) in enumerate(zip(cand, plan.parents, strict=True)):
+            if tok < 0 or (parent >= 0 and new_index[parent] < 0):
                 continue
-            node_of[path] = len(tokens)
+            new_index[i] = len(tokens)
             tokens.append(tok)
-            parents.append(parent)
+            parents.append(new_index[parent] if parent >= 0 else -1)
         return DraftTree(tokens, parents, self.name) if tokens else None
 
     def observe(self, input_ids: Sequence[int], logits: Any) -> None:
         """adj[input_j] = topk(logits_j): every verified position, accepted or not."""
-        top = torch.topk(logits, self.k, dim=-1).indices.to(torch.int32).cpu().numpy()
-        ids = np.asarray(input_ids, dtype=np.int64)
-        old = self.adj[ids]
-        known = old[:, 0] >= 0
-        if known.any():
-            # Where did the model's own choice sit among the old candidates?
-            match = old[known] == top[known, :1]
-            self.hits += match.sum(axis=0)
-            self.seen += float(known.sum())
-        self.adj[ids] = top
+        # Inference mode whatever the caller's: tensors made here are then always updated
+        # in the mode they were made in.
+        with torch.inference_mode():
+            self._observe([int(t) for t in input_ids], logits)
         self._dirty = True
         self._since_refresh += 1
         if self._since_refresh >= 32:
             self._refresh()
+
+    def _observe(self, ids: list[int], logits: torch.Tensor) -> None:
+        device = logits.device
+        if device != self.adj.device:
+            self._move(device)
+        # Functional index ops: tensor[...] syntax costs several times more on a CPU.
+        top = torch.topk(logits, self.k, dim=-1).indices
+        rows = _index(ids, device)
+        old = self.adj.index_select(0, rows)
+        # Where did the model's own choice sit among the old candidates?
+        known = old.select(1, 0) >= 0
+        self.hits += (old.eq(top.narrow(1, 0, 1)) & known.unsqueeze(1)).sum(0)
+        self.seen += known.sum()
+        # A repeated id keeps its last row (as numpy's assignment did): deduplicated here,
+        # since a scatter with repeated indices has no defined winner on a GPU.
+        last = {t: j for j, t in enumerate(ids)}
+        top = top.to(torch.int32)
+        if len(last) < len(ids):
+            rows = _index(list(last), device)
+            top = top.index_select(0, _index(list(last.values()), device))
+        self.adj.index_copy_(0, rows, top)
+        self._known[list(last)] = True

@@ -36,6 +36,13 @@ CALIBRATE_EVERY = 64
 REST_SAMPLE = 16
 
 
+def batched_argmax(logits: torch.Tensor) -> bool:
+    """Greedy choices from one argmax over all rows read back at once (on an accelerator,
+    where reading each row's choice is a sync) or from each row the walk visits (on a CPU,
+    where an argmax over every row of a big tree costs milliseconds)."""
+    return logits.device.type != "cpu"
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     i = 0
@@ -258,9 +265,10 @@ class ChatSession:
                 layout = tree.layout()
         logits = self._engine.forward(ids, layout)
         choose: Callable[[int], int]
-        if sampler.greedy:
-            # Only the rows the walk visits: an argmax over every row of a big tree costs
-            # milliseconds on a CPU.
+        if sampler.greedy and batched_argmax(logits):
+            choose = logits.argmax(-1).tolist().__getitem__
+        elif sampler.greedy:
+
             def choose(j: int) -> int:
                 return int(logits[j].argmax())
         else:

@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 import torch
 
+from samchat.decoding import recycling
 from samchat.decoding.recycling import (
     SIZES,
     TokenRecyclingDrafter,
     build_template,
     expected_accepted,
 )
+from samchat.decoding.tree import DraftTree
 
 
 def test_template_is_prefix_closed_and_best_first() -> None:
@@ -78,9 +80,17 @@ def test_table_persists_and_bad_files_are_ignored(tmp_path: Path) -> None:
     logits = torch.arange(30, dtype=torch.float32).repeat(2, 1)
     d.observe([4, 5], logits)
     d.finish()
+    saved = np.load(path)
+    assert saved.dtype == np.int32 and saved.shape == (30, 3)
     again = TokenRecyclingDrafter(30, k=3, path=path)
     assert again.adj[4].tolist() == [29, 28, 27]
     assert again.adj[0].tolist() == [-1, -1, -1]
+    again.begin([4])  # a loaded row counts as known to the selector...
+    assert again.expected_accepted(8) > 0.0
+    tree = again.propose(8)
+    assert tree is not None and tree.tokens[0] == 29
+    again.begin([0])  # ...an empty one does not
+    assert again.expected_accepted(8) == 0.0
     other_shape = TokenRecyclingDrafter(31, k=3, path=path)  # another model: fresh table
     assert (other_shape.adj == -1).all()
     np.save(path, np.full((30, 3), 999, dtype=np.int32))  # ids beyond the vocabulary
@@ -101,3 +111,143 @@ def test_realised_acceptance_corrects_the_prediction() -> None:
         assert d.propose(16) is not None
         d.feedback(0)  # the model never accepts these trees
     assert d.expected_accepted(16) < before / 5
+
+
+def _old_propose(adj: np.ndarray, last: int, template: list[tuple[int, ...]]) -> DraftTree | None:
+    """The node-by-node walk propose() replaced: the reference its gathers must reproduce."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    node_of: dict[tuple[int, ...], int] = {}
+    for path in template:
+        if len(path) == 1:
+            parent, ptok = -1, last
+        else:
+            pnode = node_of.get(path[:-1])
+            if pnode is None:
+                continue
+            parent, ptok = pnode, tokens[pnode]
+        tok = int(adj[ptok, path[-1]])
+        if tok < 0:
+            continue
+        node_of[path] = len(tokens)
+        tokens.append(tok)
+        parents.append(parent)
+    return DraftTree(tokens, parents, "tr") if tokens else None
+
+
+@pytest.mark.parametrize("gathers", ["numpy", "torch"])
+def test_propose_gathers_the_tree_the_node_walk_would(
+    gathers: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Random tables with holes (whole rows and single candidates missing), random rank
+    rates, every template size: the level-by-level gathers give the very same tree. On the
+    CPU the gathers run in numpy; the torch ones (an accelerator's) are forced here."""
+    if gathers == "torch":
+        monkeypatch.setattr(recycling, "host_gathers", lambda device: False)
+    rng = np.random.default_rng(7)
+    vocab, k = 40, 4
+    holes = 0
+    for trial in range(60):
+        d = TokenRecyclingDrafter(vocab, k=k)
+        table = rng.integers(0, vocab, size=(vocab, k), dtype=np.int32)
+        table[rng.random((vocab, k)) < rng.uniform(0.0, 0.4)] = -1
+        table[rng.random(vocab) < 0.2] = -1
+        d.adj.copy_(torch.from_numpy(table))
+        # Rank rates from counts: the shapes of the templates vary with them.
+        d.hits = torch.from_numpy(rng.integers(0, 500, size=k))
+        d.seen = torch.tensor(int(d.hits.sum()) + int(rng.integers(0, 500)))
+        d._refresh()
+        rates = d.rank_rates
+        for last in rng.choice(vocab, size=3, replace=False).tolist():
+            d.begin([int(last)])
+            for size in SIZES:
+                got = d.propose(size)
+                want = _old_propose(table, int(last), build_template(rates, size))
+                assert (got is None) == (want is None), (trial, last, size)
+                if got is not None and want is not None:
+                    assert (got.tokens, got.parents) == (want.tokens, want.parents)
+                    assert got.source == "tr"
+                    holes += len(got) < size
+    assert holes > 50  # the trees dropped nodes (and subtrees) often
+    assert all(isinstance(p, recycling._Plan) for p in d._plans.values())
+    assert {p.host for p in d._plans.values()} == {gathers == "numpy"}
+
+
+def _old_observe(
+    adj: np.ndarray, hits: np.ndarray, seen: float, ids: list[int], top: np.ndarray
+) -> float:
+    """The numpy observe() replaced (hits and adj updated in place; returns seen)."""
+    idx = np.asarray(ids, dtype=np.int64)
+    old = adj[idx]
+    known = old[:, 0] >= 0
+    if known.any():
+        hits += (old[known] == top[known, :1]).sum(axis=0)
+        seen += float(known.sum())
+    adj[idx] = top  # numpy: a repeated id keeps its last row
+    return seen
+
+
+def test_observe_learns_as_the_numpy_table_did_repeated_ids_included() -> None:
+    """Steps with repeated ids (a draft tree repeats tokens): the last row of an id wins, and
+    each row is scored against the table as it was before the step, as numpy did."""
+    rng = np.random.default_rng(3)
+    vocab, k = 30, 4
+    d = TokenRecyclingDrafter(vocab, k=k)
+    adj = np.full((vocab, k), -1, dtype=np.int32)
+    hits = np.zeros(k)
+    seen = 0.0
+    repeats = 0
+    for _ in range(100):  # refreshes the templates (every 32 steps) along the way
+        n = int(rng.integers(1, 12))
+        ids = rng.integers(0, 8, size=n).tolist()  # few distinct ids: many repeats
+        logits = torch.from_numpy(rng.standard_normal((n, vocab)).astype(np.float32))
+        top = torch.topk(logits, k, dim=-1).indices.to(torch.int32).numpy()
+        seen = _old_observe(adj, hits, seen, ids, top)
+        d.observe(ids, logits)
+        repeats += len(set(ids)) < n
+        assert np.array_equal(d.adj.numpy(), adj)
+    assert repeats > 50
+    assert seen > 0 and hits.sum() > 0
+    prior = [p * 200.0 for p in recycling._PRIOR_RANK[:k]]
+    want = [float((p + h) / (200.0 + seen)) for p, h in zip(prior, hits, strict=True)]
+    assert d.rank_rates == want
+    assert d.hits.tolist() == hits.tolist() and int(d.seen) == seen
+    assert d._known.tolist() == (adj[:, 0] >= 0).tolist()
+
+
+def test_observe_writes_the_table_numpy_saves() -> None:
+    """On the CPU the table is numpy's memory: what observe writes is what save() writes."""
+    d = TokenRecyclingDrafter(20, k=2)
+    logits = torch.zeros(1, 20)
+    logits[0, 9], logits[0, 4] = 2.0, 1.0
+    d.observe([3], logits)
+    assert d.adj.dtype == torch.int32 and d.adj.shape == (20, 2)
+    assert d.adj.cpu().numpy()[3].tolist() == [9, 4]
+    assert d._host_flat is not None and d._host_flat[3 * 2 : 3 * 2 + 2].tolist() == [9, 4]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_table_follows_the_logits_to_the_device(tmp_path: Path) -> None:
+    """CUDA logits move the table there; it drafts and saves as on the CPU."""
+    vocab = 50
+    on_cpu, on_gpu = TokenRecyclingDrafter(vocab, k=4), TokenRecyclingDrafter(vocab, k=4)
+    on_gpu.path = tmp_path / "tr.npy"
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(40):
+        ids = torch.randint(0, vocab, (9,), generator=gen).tolist()
+        logits = torch.randn(9, vocab, generator=gen)
+        on_cpu.observe(ids, logits)
+        on_gpu.observe(ids, logits.cuda())
+    assert on_gpu.adj.device.type == "cuda"
+    assert torch.equal(on_gpu.adj.cpu(), on_cpu.adj)
+    assert on_gpu.rank_rates == on_cpu.rank_rates
+    for last in range(vocab):
+        on_cpu.begin([last])
+        on_gpu.begin([last])
+        for size in SIZES:
+            a, b = on_cpu.propose(size), on_gpu.propose(size)
+            assert (a is None and b is None) or (
+                a is not None and b is not None and (a.tokens, a.parents) == (b.tokens, b.parents)
+            )
+    on_gpu.finish()
+    assert np.array_equal(np.load(on_gpu.path), on_cpu.adj.numpy())

@@ -20,8 +20,10 @@ from samchat.decoding import (
     StepStats,
     TextDelta,
 )
+from samchat.decoding import session as session_module
 from samchat.decoding.budget import CostCurve
 from samchat.decoding.drafter import Drafter
+from samchat.decoding.session import batched_argmax
 from samchat.decoding.tree import DraftTree
 from samchat.errors import SamchatError
 from tests.decoding.prompts import LONG_CONTEXT, MULTI_TURN, PASSAGE_RIVER, SINGLE_TURN
@@ -115,6 +117,40 @@ def test_greedy_speculative_equals_generate_on_real_prompts(
     assert drafted > 0  # drafts were accepted along the way: the speculative path ran
     if curve.fixed:
         assert merged > 0  # verifying is free: SAM and Token Recycling went in one tree
+
+
+def test_greedy_choices_read_back_at_once_equal_generate(
+    default_lm: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The accelerator's greedy branch (one argmax over every row, read back once per step),
+    forced on the CPU: trees (a flat curve drafts the largest, SAM and Token Recycling
+    merged) and sequences (the CPU curve) still give generate's tokens one for one."""
+    assert not batched_argmax(torch.zeros(2, 3))  # on a CPU: the rows the walk visits
+    assert batched_argmax(torch.zeros(2, 3, device="meta"))
+    rows: list[int] = []
+
+    def batched(logits: torch.Tensor) -> bool:
+        rows.append(int(logits.shape[0]))
+        return True
+
+    monkeypatch.setattr(session_module, "batched_argmax", batched)
+    index = _static_index(tmp_path, default_lm)
+    params = SamplingParams(max_new_tokens=MAX_NEW)
+    drafters: set[str] = set()
+    try:
+        for curve in (CostCurve.flat(), CPU_CURVE):
+            session = ChatSession(default_lm, DecodingConfig(method="sam+tr"), index, curve)
+            for prompt in (SINGLE_TURN[5], SINGLE_TURN[10], LONG_CONTEXT[0]):
+                messages = [{"role": "user", "content": prompt}]
+                ids, _, events = _run(session, messages, params)
+                assert ids == _reference(default_lm, messages), prompt
+                steps = [e for e in events if isinstance(e, StepStats)]
+                drafters.update(e.drafter for e in steps if e.accepted > 0)
+    finally:
+        index.close()
+    assert len(rows) > 0 and max(rows) > 16  # big trees went through the branch
+    # Accepted: Token Recycling trees (alone or merged) and SAM sequences.
+    assert any("tr" in d for d in drafters) and drafters & {"dyn", "static"}, drafters
 
 
 class ScriptedDrafter(Drafter):

@@ -5,12 +5,14 @@ compacted to the accepted path."""
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from samchat.decoding import session as session_module
 from samchat.decoding.budget import CostCurve
 from samchat.decoding.params import SamplingParams
 from samchat.decoding.sampling import Sampler
@@ -52,8 +54,21 @@ def prompt_and_tree(draw: st.DrawFn) -> tuple[list[int], list[tuple[int, bool, i
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=prompt_and_tree(), attn=st.sampled_from(["sdpa", "eager"]), reuse=st.booleans())
+@given(
+    case=prompt_and_tree(),
+    attn=st.sampled_from(["sdpa", "eager"]),
+    reuse=st.booleans(),
+    batched=st.booleans(),
+)
 def test_tree_verification_matches_per_path_recompute(
+    case: tuple[list[int], list[tuple[int, bool, int]]], attn: str, reuse: bool, batched: bool
+) -> None:
+    """batched: the greedy choices of all rows at once (an accelerator's way), forced here."""
+    with mock.patch.object(session_module, "batched_argmax", lambda logits: batched):
+        _check_tree_verification(case, attn, reuse)
+
+
+def _check_tree_verification(
     case: tuple[list[int], list[tuple[int, bool, int]]], attn: str, reuse: bool
 ) -> None:
     model = _model(attn)
@@ -122,7 +137,11 @@ def test_tree_verification_matches_per_path_recompute(
     assert nxt == int(after[0].argmax())
 
 
-def test_tree_with_duplicate_siblings_and_deep_chain() -> None:
+@pytest.mark.parametrize("batched", [False, True])
+def test_tree_with_duplicate_siblings_and_deep_chain(
+    batched: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(session_module, "batched_argmax", lambda logits: batched)
     model = _model("sdpa")
     prompt = [3, 1, 4, 1, 5]
     ctx = list(prompt)
