@@ -72,8 +72,11 @@ def cost_curve(model: Any, device: torch.device, quick: bool) -> dict[str, Any]:
     }
 
 
-def decode(lm: Any, method: str, prompt: str, max_new: int) -> tuple[list[int], float, float, int]:
-    """One greedy reply: (token ids, seconds, seconds in forwards, steps)."""
+def decode(
+    lm: Any, method: str, prompt: str, max_new: int
+) -> tuple[list[int], float, float, int, str]:
+    """One greedy reply: (token ids, seconds, seconds in forwards, steps, where the Token
+    Recycling table lives)."""
     from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepStats, TextDelta
 
     session = ChatSession(lm, DecodingConfig(method=method))
@@ -91,7 +94,9 @@ def decode(lm: Any, method: str, prompt: str, max_new: int) -> tuple[list[int], 
         elif isinstance(event, StepStats):
             forward += event.forward_s
             steps += 1
-    return ids, time.perf_counter() - t0, forward, steps
+    seconds = time.perf_counter() - t0
+    table = getattr(session.aux_drafter, "adj", None)
+    return ids, seconds, forward, steps, str(table.device) if table is not None else "none"
 
 
 def equality(device: str, dtype: str, quick: bool) -> dict[str, Any]:
@@ -102,9 +107,10 @@ def equality(device: str, dtype: str, quick: bool) -> dict[str, Any]:
     prompts = PROMPTS[:1] if quick else PROMPTS
     same = 0
     overhead_ms: list[float] = []
+    table = "none"
     for prompt in prompts:
-        plain, _, _, _ = decode(lm, "plain", prompt, max_new)
-        spec, seconds, forward, steps = decode(lm, "sam+tr", prompt, max_new)
+        plain, _, _, _, _ = decode(lm, "plain", prompt, max_new)
+        spec, seconds, forward, steps, table = decode(lm, "sam+tr", prompt, max_new)
         same += plain == spec
         if steps:
             overhead_ms.append(1000 * (seconds - forward) / steps)
@@ -112,6 +118,7 @@ def equality(device: str, dtype: str, quick: bool) -> dict[str, Any]:
         "dtype": dtype,
         "identical": f"{same}/{len(prompts)}",
         "all_identical": same == len(prompts),
+        "token_recycling_table_on": table,
         "overhead_ms_per_step": round(sorted(overhead_ms)[len(overhead_ms) // 2], 2)
         if overhead_ms
         else None,
@@ -126,7 +133,7 @@ def bnb_4bit(device: torch.device) -> str:
 
     try:
         lm = load_model(ModelSpec(engine="torch", device="cuda", quantize="4bit"))
-        ids, _, _, _ = decode(lm, "sam+tr", PROMPTS[0], 16)
+        ids, _, _, _, _ = decode(lm, "sam+tr", PROMPTS[0], 16)
     except SamchatError as exc:
         return f"failed: {exc}"
     return f"ok ({len(ids)} tokens decoded)"
@@ -171,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     for eq in out["equality"]:
         print(
             f"- default model {eq['dtype']}: sam+tr identical to plain {eq['identical']}, "
-            f"{eq['overhead_ms_per_step']} ms per step outside the forward"
+            f"{eq['overhead_ms_per_step']} ms per step outside the forward, "
+            f"Token Recycling table on {eq['token_recycling_table_on']}"
         )
     print(f"- bitsandbytes 4-bit: {out['bitsandbytes_4bit']}")
     if args.json:

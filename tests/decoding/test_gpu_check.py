@@ -31,5 +31,6 @@ def test_gpu_check_runs_on_the_cpu_and_finds_spec_equal_to_plain(tmp_path: Path)
     assert [e["dtype"] for e in data["equality"]] == ["bfloat16", "float32"]
     assert all(e["all_identical"] for e in data["equality"])
     assert all(e["overhead_ms_per_step"] > 0 for e in data["equality"])
+    assert all(e["token_recycling_table_on"] == "cpu" for e in data["equality"])
     assert data["bitsandbytes_4bit"] == "not checked (needs CUDA)"
     assert "identical to plain 1/1" in proc.stdout
