@@ -44,6 +44,13 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         help="bitsandbytes (CUDA only)",
     )
     group.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="torch on a CUDA GPU: replay decode and verify steps as CUDA graphs (fixed "
+        "shapes, the whole context's KV cache allocated up front)",
+    )
+    group.add_argument(
         "--trust-remote-code",
         action="store_true",
         default=argparse.SUPPRESS,
@@ -99,4 +106,5 @@ def spec_from_args(args: argparse.Namespace, engine: str = "auto") -> ModelSpec:
         dtype=getattr(args, "dtype", "auto") or "auto",
         quantize=getattr(args, "quantize", None),
         trust_remote_code=bool(getattr(args, "trust_remote_code", False)),
+        cuda_graphs=bool(getattr(args, "cuda_graphs", False)),
     )

@@ -7,7 +7,8 @@ Reports, as Markdown (and JSON with --json):
   randomly initialised ~1B Llama shape in bf16 built on the device, and of the default model;
 - the time per step spent outside the forward (drafting, acceptance, bookkeeping), in ms;
 - greedy equality of speculative (sam+tr) against plain decoding of the default model, in bf16
-  and fp32, token for token, on real prompts;
+  and fp32, token for token, on real prompts, with ordinary steps and with CUDA graphs
+  (`--cuda-graphs`), and the tokens/s of each;
 - whether bitsandbytes 4-bit loading works (CUDA only).
 
 On a CPU (`--device cpu --quick`) it runs the same code on small shapes: the test suite does,
@@ -99,23 +100,36 @@ def decode(
     return ids, seconds, forward, steps, str(table.device) if table is not None else "none"
 
 
-def equality(device: str, dtype: str, quick: bool) -> dict[str, Any]:
+def equality(device: str, dtype: str, quick: bool, steps: str = "dynamic") -> dict[str, Any]:
+    """sam+tr against plain decoding of the default model, both with the engine's `steps`
+    ("graphs": CUDA graphs; "static": the same fixed shapes run eagerly, for a CPU)."""
+    import dataclasses
+
     from samchat.models.loader import ModelSpec, load_model
 
     lm = load_model(ModelSpec(engine="torch", device=device, dtype=dtype))
+    lm = dataclasses.replace(lm, steps=steps)
     max_new = 24 if quick else 128
     prompts = PROMPTS[:1] if quick else PROMPTS
     same = 0
     overhead_ms: list[float] = []
     table = "none"
+    tokens = {"plain": 0, "sam+tr": 0}
+    spent = {"plain": 0.0, "sam+tr": 0.0}
     for prompt in prompts:
-        plain, _, _, _, _ = decode(lm, "plain", prompt, max_new)
-        spec, seconds, forward, steps, table = decode(lm, "sam+tr", prompt, max_new)
+        plain, plain_s, _, _, _ = decode(lm, "plain", prompt, max_new)
+        spec, seconds, forward, n_steps, table = decode(lm, "sam+tr", prompt, max_new)
         same += plain == spec
-        if steps:
-            overhead_ms.append(1000 * (seconds - forward) / steps)
+        tokens["plain"] += len(plain)
+        tokens["sam+tr"] += len(spec)
+        spent["plain"] += plain_s
+        spent["sam+tr"] += seconds
+        if n_steps:
+            overhead_ms.append(1000 * (seconds - forward) / n_steps)
     return {
         "dtype": dtype,
+        "steps": steps,
+        "tokens_per_s": {k: round(tokens[k] / max(spent[k], 1e-9), 1) for k in tokens},
         "identical": f"{same}/{len(prompts)}",
         "all_identical": same == len(prompts),
         "token_recycling_table_on": table,
@@ -166,7 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     default = load_model(ModelSpec(engine="torch", device=args.device))
     out["default_model_curve"] = cost_curve(default.model, device, args.quick)
     del default
-    out["equality"] = [equality(args.device, dt, args.quick) for dt in ("bfloat16", "float32")]
+    # Fixed-shape steps: CUDA graphs on a GPU; on a CPU the same shapes run eagerly, in
+    # float32 only (bfloat16 verification there is exact only in fastpath's exact mode).
+    runs = [("bfloat16", "dynamic"), ("float32", "dynamic"), ("float32", "static")]
+    if device.type == "cuda":
+        runs = [(dt, st) for dt in ("bfloat16", "float32") for st in ("dynamic", "graphs")]
+    out["equality"] = [equality(args.device, dt, args.quick, st) for dt, st in runs]
     out["bitsandbytes_4bit"] = bnb_4bit(device)
     print(f"# gpu_check on {out['device']} (torch {out['torch']})\n")
     for name in ("random_1b_curve", "default_model_curve"):
@@ -177,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         print("| rel | " + " | ".join(str(v) for v in curve["relative_cost"].values()) + " |\n")
     for eq in out["equality"]:
         print(
-            f"- default model {eq['dtype']}: sam+tr identical to plain {eq['identical']}, "
+            f"- default model {eq['dtype']}, {eq['steps']} steps: sam+tr identical to plain "
+            f"{eq['identical']}, tokens/s {eq['tokens_per_s']}, "
             f"{eq['overhead_ms_per_step']} ms per step outside the forward, "
             f"Token Recycling table on {eq['token_recycling_table_on']}"
         )

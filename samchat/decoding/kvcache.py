@@ -33,6 +33,22 @@ class Slab:
         self.layers = layers
         self.max_rows = max_rows
         self.buf: torch.Tensor | None = None
+        # Static steps (graphs.py): while `window` > 0, layers write their new rows at
+        # `start` (a tensor, so that a captured step reads it at replay) and return the first
+        # `window` rows, masked beyond the cache: every shape is fixed.
+        self.start: torch.Tensor | None = None
+        self.window = 0
+
+    def fix(self, like: torch.Tensor, rows: int) -> torch.Tensor:
+        """Allocate, once, a zeroed buffer of `rows` rows that never moves (a captured step
+        keeps its address); zeros because masked rows still enter the attention's sums."""
+        if self.buf is None or self.capacity < rows:
+            b, h, _, d = like.shape
+            self.buf = torch.zeros(
+                (self.layers, 2, b, h, rows, d), dtype=like.dtype, device=like.device
+            )  # fmt: skip
+            self.start = torch.zeros((), dtype=torch.long, device=like.device)
+        return self.buf
 
     @property
     def capacity(self) -> int:
@@ -50,6 +66,8 @@ class Slab:
             )
         if buf is not None and buf.shape[-2] >= rows:
             return buf
+        if self.start is not None:  # fixed: captured steps hold its address
+            raise RuntimeError(f"the KV cache holds {self.capacity} rows; {rows} do not fit")
         cap = max(rows, 2 * self.capacity, GROW_ROWS)
         cap = -(-cap // GROW_ROWS) * GROW_ROWS
         if self.max_rows > 0:  # never past the context length, unless asked to
@@ -96,6 +114,9 @@ class SlabLayer(DynamicLayer):  # type: ignore[misc]
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        window = self.slab.window
+        if window:
+            return self._update_static(key_states, value_states, window)
         start = self.rows
         end = start + int(key_states.shape[-2])
         buf = self.slab.reserve(key_states, end)
@@ -105,6 +126,17 @@ class SlabLayer(DynamicLayer):  # type: ignore[misc]
         self.device = buf.device
         self.is_initialized = True
         return buf[self.index, 0, :, :, :end], buf[self.index, 1, :, :, :end]
+
+    def _update_static(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, window: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        buf, start = self.slab.buf, self.slab.start
+        assert buf is not None and start is not None
+        at = start + torch.arange(key_states.shape[-2], device=buf.device)
+        keys, values = buf[self.index, 0], buf[self.index, 1]
+        keys.index_copy_(2, at, key_states)
+        values.index_copy_(2, at, value_states)
+        return keys[:, :, :window], values[:, :, :window]
 
     def get_seq_length(self) -> int:
         return self.rows
@@ -150,6 +182,12 @@ class KVCache:
     @property
     def length(self) -> int:
         return int(self.cache.get_seq_length())
+
+    def advance(self, rows: int) -> None:
+        """Count `rows` more cached rows (a static step wrote them: see Slab.window)."""
+        for layer in self.cache.layers:
+            layer.rows += rows
+            layer.is_initialized = True
 
     def reset(self) -> None:
         if self.slab is not None:  # keep the buffer: the next prompt fills it again

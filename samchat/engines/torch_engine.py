@@ -10,8 +10,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from samchat.decoding import fastpath
-from samchat.decoding.budget import CostCurve, load_or_measure, measure_cost_curve
+from samchat.decoding.budget import (
+    CostCurve,
+    load_or_measure,
+    measure_cost_curve,
+    measure_engine,
+)
 from samchat.decoding.forward import ModelForward
+from samchat.decoding.graphs import StaticSteps
 from samchat.decoding.kernels import DEFAULT_PLAN
 from samchat.decoding.kvcache import KVCache
 
@@ -27,7 +33,11 @@ _CURVES_LOCK = threading.Lock()
 class TorchEngine:
     name = "torch"
 
-    def __init__(self, lm: Any, cache_dir: Path | None = None) -> None:
+    def __init__(self, lm: Any, cache_dir: Path | None = None, steps: str | None = None) -> None:
+        """steps: "dynamic" (every step its own shapes), "graphs" (fixed shapes replayed as
+        CUDA graphs: graphs.py) or "static" (the same fixed shapes, run eagerly: how the tests
+        check that path on a CPU); None: "graphs" where the model was loaded with
+        --cuda-graphs (lm.steps)."""
         self.lm = lm
         self.cache_dir = cache_dir  # where measured costs are kept (None: this process only)
         self.model = lm.model
@@ -35,6 +45,16 @@ class TorchEngine:
         self.dtype: torch.dtype = next(self.model.parameters()).dtype
         self._kv = KVCache(self.model)
         self._fwd = ModelForward(self.model)
+        self.steps = steps or str(getattr(lm, "steps", "dynamic"))
+        if self.steps == "graphs" and self.device.type != "cuda":
+            raise ValueError("CUDA graphs need a CUDA device")
+        self._static: StaticSteps | None = None
+        if self.steps != "dynamic" and self._kv.slab is not None:
+            self._static = StaticSteps(
+                self._fwd, self._kv, int(lm.context_limit), capture=self.steps == "graphs"
+            )
+        elif self.steps != "dynamic":
+            raise ValueError(f"{self.steps} steps need uniform full-attention KV cache layers")
         self._params = sum(p.numel() for p in self.model.parameters())
         self.plain_reason: str | None = None
         self.tree_reason: str | None = None
@@ -42,7 +62,9 @@ class TorchEngine:
         half = self.dtype in (torch.bfloat16, torch.float16)
         # On a CPU, half precision can verify exactly (fastpath's exact mode) where fit()'s
         # measurement saw it do so on this machine; until then, and elsewhere, it is inexact.
-        self._exact_candidate = half and self._fwd.patched and self.device.type == "cpu"
+        self._exact_candidate = (
+            half and self._fwd.patched and self.device.type == "cpu" and self._static is None
+        )
         if half:
             # Measured (docs/benchmarks.md): in bfloat16 on a CPU with the ordinary kernels,
             # 11 of 13 greedy sam+tr replies differed from plain ones; a multi-row forward
@@ -89,6 +111,9 @@ class TorchEngine:
 
     def forward(self, ids: list[int], layout: TreeLayout | None = None) -> torch.Tensor:
         with torch.inference_mode():
+            static = self._static
+            if static is not None and static.fits(len(ids)):
+                return static(ids, layout)
             if layout is None:
                 return self._run(ids)
             n = self._kv.length
@@ -120,7 +145,7 @@ class TorchEngine:
         from samchat.engines.cpu import cpu_name
 
         lm = self.lm
-        return {
+        about = {
             "engine": "torch",
             "model": str(getattr(lm, "name", "")),
             "source": str(getattr(lm, "source", "")),
@@ -130,6 +155,9 @@ class TorchEngine:
             "cpu": cpu_name(),
             "torch": torch.__version__,
         }
+        if self.steps != "dynamic":
+            about["steps"] = self.steps
+        return about
 
     def _digest(self) -> str:
         return hashlib.sha256("|".join(self._about().values()).encode()).hexdigest()[:16]
@@ -142,8 +170,19 @@ class TorchEngine:
                 model, device = self.model, self.device
                 cache = self.cache_dir
                 exact = self._exact_candidate
+
+                def measure() -> CostCurve:
+                    measured = measure_cost_curve(model, device, exact=exact)
+                    if self._static is None:
+                        return measured
+                    # The kernels as measured; the costs as fixed-shape steps run them.
+                    self._fwd.plan = measured.kernels or DEFAULT_PLAN
+                    curve = measure_engine(self, int(model.config.vocab_size))
+                    curve.kernels = measured.kernels
+                    return curve
+
                 curve = load_or_measure(
-                    lambda: measure_cost_curve(model, device, exact=exact),
+                    measure,
                     cache / "costs" / f"{digest}.json" if cache is not None else None,
                     about=self._about(),
                 )
@@ -152,7 +191,11 @@ class TorchEngine:
 
     def describe(self) -> str:
         dtype = str(self.dtype).removeprefix("torch.")
-        return f"torch {torch.__version__} ({dtype} on {self.device}; kernels: {self.kernels()})"
+        graphs = "; CUDA graphs" if self.steps == "graphs" else ""
+        return (
+            f"torch {torch.__version__} ({dtype} on {self.device}; kernels: {self.kernels()}"
+            f"{graphs})"
+        )
 
     def kernels(self) -> str:
         """The kernel plan in words, or why there is none yet."""

@@ -43,6 +43,7 @@ class ModelSpec:
     quantize: str | None = None
     trust_remote_code: bool = False
     engine: str = "auto"  # samchat.engines.ENGINES
+    cuda_graphs: bool = False  # torch on CUDA: steps replayed as CUDA graphs (graphs.py)
 
 
 @dataclass
@@ -61,6 +62,8 @@ class LoadedModel:
     # the weights (engines/dtype_fit.py); dtype_verdict then says what it found.
     auto_dtype: bool = False
     dtype_verdict: str = ""
+    # How the torch engine runs decode and verify steps (TorchEngine's `steps`).
+    steps: str = "dynamic"
 
     @property
     def context_limit(self) -> int:
@@ -390,16 +393,18 @@ def choose_engine(spec: ModelSpec) -> str:
                 f"the llama.cpp engine runs on the CPU here; drop --device {spec.device} "
                 "or use --engine torch"
             )
-        if spec.dtype != "auto" or spec.quantize:
+        if spec.dtype != "auto" or spec.quantize or spec.cuda_graphs:
             raise ModelLoadError(
-                "the llama.cpp engine runs the GGUF file's own types; --dtype and --quantize "
-                "apply to --engine torch"
+                "the llama.cpp engine runs the GGUF file's own types on the CPU; --dtype, "
+                "--quantize and --cuda-graphs apply to --engine torch"
             )
         reason = unavailable_reason()
         if reason:
             raise ModelLoadError(f"the llama.cpp engine is unavailable: {reason}")
         return "llamacpp"
-    if not gguf or spec.dtype != "auto" or spec.quantize or spec.device not in ("auto", "cpu"):
+    if not gguf or spec.dtype != "auto" or spec.quantize or spec.cuda_graphs:
+        return "torch"
+    if spec.device not in ("auto", "cpu"):
         return "torch"
     if spec.device == "auto" and resolve_device("auto").type != "cpu":
         return "torch"
@@ -417,6 +422,10 @@ def load_model(
     if choose_engine(spec) == "llamacpp":
         return _load_llamacpp(spec, say, recent)
     device = resolve_device(spec.device)
+    if spec.cuda_graphs and device.type != "cuda":
+        raise ModelLoadError(
+            f"--cuda-graphs needs a CUDA GPU and this run uses {device.type}; drop --cuda-graphs"
+        )
     dtype = resolve_dtype(spec.dtype, device)
     quant = _quantization_config(spec, device.type)
     _quiet_gguf_conversion()
@@ -459,6 +468,7 @@ def load_model(
         source=spec.source or where.path,
         dtype=str(dtype).removeprefix("torch."),
         auto_dtype=spec.dtype == "auto" and quant is None and device.type == "cpu",
+        steps="graphs" if spec.cuda_graphs else "dynamic",
     )
 
 

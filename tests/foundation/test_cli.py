@@ -74,6 +74,8 @@ def test_doctor_reports_device_model_and_core() -> None:
         (("ask", "--model", "/no/such/model", "hi"), "does not exist"),
         (("ask", "--model", "nobody/no-model", "hi"), "HF_HUB_OFFLINE"),
         (("ask", "--quantize", "8bit", "--device", "cpu", "hi"), "needs a CUDA GPU"),
+        (("ask", "--cuda-graphs", "--device", "cpu", "hi"), "--cuda-graphs needs a CUDA GPU"),
+        (("ask", "--cuda-graphs", "--engine", "llamacpp", "hi"), "apply to --engine torch"),
         (("ask", "   "), "prompt is empty"),
     ],
 )

@@ -123,6 +123,15 @@ def test_quantize_without_cuda_is_refused() -> None:
         load_model(ModelSpec(quantize="4bit", device="cpu"))
 
 
+def test_cuda_graphs_without_cuda_are_refused() -> None:
+    """Before any weights load; a GGUF model goes to the torch engine, which runs them."""
+    from samchat.models.loader import choose_engine
+
+    with pytest.raises(ModelLoadError, match="--cuda-graphs needs a CUDA GPU"):
+        load_model(ModelSpec(cuda_graphs=True, device="cpu"))
+    assert choose_engine(ModelSpec(cuda_graphs=True)) == "torch"
+
+
 def test_unavailable_device_is_refused() -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA; the refusal only applies without it")
