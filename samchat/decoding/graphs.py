@@ -63,9 +63,6 @@ class StaticSteps:
         like = torch.empty((1, heads, 0, head_dim), dtype=self.dtype, device=self.device)
         buf = kv.slab.fix(like, capacity)
         self.capacity = int(buf.shape[-2])
-        if capture:
-            for t in (buf, kv.slab.start):
-                torch._dynamo.mark_static_address(t)
         self.forward = forward
         self.kv = kv
         self.capture = capture

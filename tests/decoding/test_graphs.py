@@ -13,7 +13,9 @@ import torch
 
 from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepStats, TextDelta
 from samchat.decoding.budget import CostCurve
+from samchat.decoding.forward import ModelForward
 from samchat.decoding.graphs import StaticSteps, bucket
+from samchat.decoding.kvcache import KVCache
 from samchat.decoding.tree import DraftTree
 from samchat.engines.torch_engine import TorchEngine
 from tests.decoding.prompts import LONG_CONTEXT, MULTI_TURN, SINGLE_TURN
@@ -119,10 +121,13 @@ def test_fixed_steps_refuse_what_they_cannot_hold(default_lm: Any, static_lm: An
     """A step past the fixed buffer takes the ordinary path while it fits, and nothing ever
     moves the buffer (a captured graph holds its address): one clear error instead."""
     engine = TorchEngine(static_lm)
-    steps = engine._static
-    assert steps is not None
+    assert engine._static is not None
+    assert engine._static.capacity == int(default_lm.context_limit)  # the whole context
+    # A small buffer, quick to fill.
+    engine._kv = KVCache(default_lm.model)
+    steps = engine._static = StaticSteps(engine._fwd, engine._kv, 64, capture=False)
     cap = steps.capacity
-    assert cap == int(default_lm.context_limit)
+    assert cap == 64
     buf = engine._kv.slab.buf if engine._kv.slab is not None else None
     engine.prefill([1] * (cap - 3))
     assert not steps.fits(4) and steps.fits(2)
@@ -135,10 +140,8 @@ def test_fixed_steps_refuse_what_they_cannot_hold(default_lm: Any, static_lm: An
         TorchEngine(dataclasses.replace(default_lm, steps="graphs"))
 
 
+@pytest.mark.model
 def test_static_steps_need_a_slab(default_lm: Any) -> None:
-    from samchat.decoding.forward import ModelForward
-    from samchat.decoding.kvcache import KVCache
-
     kv = KVCache(default_lm.model, preallocate=False)
     with pytest.raises(ValueError, match="slab"):
         StaticSteps(ModelForward(default_lm.model), kv, 64, capture=False)
