@@ -362,12 +362,13 @@ class ChatSession:
 
     def _prompt_logit_rows(self, drafting: _Drafting | None) -> int:
         """How many new prompt rows Token Recycling learns from (their logits cost an output
-        projection each, so only the last ones, where the reply most likely copies from)."""
+        projection each: where verification is not nearly free, only the last ones, where the
+        reply most likely copies from)."""
         if drafting is None or drafting.selector.aux is None:
             return 0  # no Token Recycling, or it rests
-        from samchat.decoding.recycling import PROMPT_ROWS
+        from samchat.decoding.recycling import prompt_rows
 
-        return PROMPT_ROWS
+        return prompt_rows(drafting.tracker.curve.rel(64), int(self.lm.vocab_size))
 
     def _plan_drafting(self, context: int) -> _Drafting | None:
         """This reply's drafters and selector, priced on the cost curve after `context` cached

@@ -11,7 +11,12 @@ import torch
 from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepStats
 from samchat.decoding.budget import CostCurve
 from samchat.decoding.drafter import Selector
-from samchat.decoding.recycling import PROMPT_ROWS, TokenRecyclingDrafter
+from samchat.decoding.recycling import (
+    PROMPT_LOGITS,
+    PROMPT_ROWS,
+    TokenRecyclingDrafter,
+    prompt_rows,
+)
 from samchat.decoding.session import REST_SAMPLE
 from samchat.engines import open_engine
 from tests.decoding.prompts import LONG_CONTEXT
@@ -45,23 +50,34 @@ def test_prefill_rows_are_the_forward_logits_and_leave_the_same_cache(lm: Any) -
 
 
 def test_a_session_fills_recycling_from_the_last_prompt_rows(lm: Any) -> None:
-    session = ChatSession(lm, DecodingConfig(method="sam+tr"), cost_curve=CostCurve.flat())
-    table = TokenRecyclingDrafter(lm.vocab_size)
-    session.aux_drafter = table
+    """Where verification costs much more with more rows (the CPU curve), only the last
+    PROMPT_ROWS rows; where it is flat (a GPU), every new row of the prompt."""
     messages = [{"role": "user", "content": LONG_CONTEXT[0]}]
-    prompt = session.render(messages)
-    assert len(prompt) > 2 * PROMPT_ROWS
-    list(session.generate(messages, SamplingParams(max_new_tokens=1)))
-    learned = prompt[-PROMPT_ROWS - 1 : -1]
-    assert all(table.adj[t, 0] >= 0 for t in learned)
-    rows = session.prompt_rows
-    assert rows is not None and rows[0] == learned
-    early = [t for t in prompt[: -3 * PROMPT_ROWS] if t not in set(learned)]
-    assert early and all(table.adj[t, 0] == -1 for t in early[:20])  # only the last rows
+    steep = CostCurve({1: 1.0, 2: 1.1, 4: 1.2, 8: 1.5, 16: 1.9, 64: 3.6}, fixed=True)
+    for curve, everything in ((steep, False), (CostCurve.flat(), True)):
+        session = ChatSession(lm, DecodingConfig(method="sam+tr"), cost_curve=curve)
+        table = TokenRecyclingDrafter(lm.vocab_size)
+        session.aux_drafter = table
+        prompt = session.render(messages)
+        assert len(prompt) > 3 * PROMPT_ROWS
+        list(session.generate(messages, SamplingParams(max_new_tokens=1)))
+        learned = prompt[:-1] if everything else prompt[-PROMPT_ROWS - 1 : -1]
+        assert all(table.adj[t, 0] >= 0 for t in learned)
+        rows = session.prompt_rows
+        assert rows is not None and rows[0] == learned, curve
+        if not everything:
+            early = [t for t in prompt[: -3 * PROMPT_ROWS] if t not in set(learned)]
+            assert early and all(table.adj[t, 0] == -1 for t in early[:20])  # the last rows
     # A plain session asks for no logits at prefill.
     plain = ChatSession(lm, DecodingConfig(method="plain"))
     list(plain.generate(messages, SamplingParams(max_new_tokens=1)))
     assert plain.prompt_rows is None
+
+
+def test_the_rows_follow_the_cost_and_fit_in_memory() -> None:
+    assert prompt_rows(3.6, 49152) == PROMPT_ROWS  # this CPU's curve
+    assert prompt_rows(1.0, 49152) == PROMPT_LOGITS // 49152 > 2000  # a flat curve
+    assert prompt_rows(1.0, 10**9) == PROMPT_ROWS  # a huge vocabulary: never fewer
 
 
 def test_recycling_rests_where_none_of_its_trees_can_pay(lm: Any) -> None:
