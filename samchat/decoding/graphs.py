@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from samchat.decoding.fastpath import MAX_ROWS
 from samchat.decoding.forward import ModelForward
 from samchat.decoding.kvcache import KVCache
 
 if TYPE_CHECKING:
     from samchat.decoding.tree import TreeLayout
 
-MAX_ROWS = 64  # larger inputs (prefill chunks) take the ordinary path
 WINDOW_MIN = 256
 
 
