@@ -341,6 +341,14 @@ def setup_spec(base: ModelSpec, label: str) -> ModelSpec:
     return replace(base, engine="torch", dtype=dtype or "auto")
 
 
+def method_order(methods: Sequence[str], question: int, pass_index: int) -> list[str]:
+    """The order the methods answer a question in: rotated per question and per pass, so that
+    over len(methods) passes each method answers each question once in each slot (whatever a
+    slot costs, such as following another engine, no method always pays it)."""
+    shift = (question + pass_index) % len(methods)
+    return [*methods[shift:], *methods[:shift]]
+
+
 class DecodeBench:
     """Holds one loaded model per configuration, one chat session per method, a private static
     index per tokenizer (configurations whose tokenizers match share one) and, for
@@ -527,15 +535,13 @@ class DecodeBench:
         for n in range(2, passes + 1):
             self.say(f"pass {n}/{passes}")
             self.fresh_sessions()
-            results.keep_fastest(self.run(questions))
+            results.keep_fastest(self.run(questions, n - 1))
         return results
 
-    def run(self, questions: Sequence[Question]) -> Results:
+    def run(self, questions: Sequence[Question], pass_index: int = 0) -> Results:
         results = Results(self.methods)
         for i, q in enumerate(questions):
-            shift = i % len(self.methods)
-            order = self.methods[shift:] + self.methods[:shift]
-            for method in order:
+            for method in method_order(self.methods, i, pass_index):
                 self.say(f"{i + 1}/{len(questions)} {q.category} {q.question_id}: {method}")
                 results.add(method, q, self._ask(method, q, grow_index=False))
         return results

@@ -14,6 +14,7 @@ from samchat.bench.decode import (
     default_setup,
     format_table,
     load_questions,
+    method_order,
     parse_methods,
     pick,
     reply_cost,
@@ -194,6 +195,17 @@ def test_reply_cost_prices_steps_at_the_prompts_context() -> None:
     assert reply_cost(curve, 100, [1, 2, 4]) == 1.0 + 1.5 + 2.5
     assert reply_cost(curve, 4000, [1, 2, 4]) == 1.0 + 2.0 + 3.5
     assert reply_cost(curve, 724, [2]) == pytest.approx(1.75, abs=0.001)  # halfway in log
+
+
+def test_each_method_takes_each_slot_of_each_question_over_the_passes() -> None:
+    methods = ("llamacpp:plain", "llamacpp:pld", "llamacpp:sam+tr")
+    for question in range(5):
+        orders = [method_order(methods, question, p) for p in range(len(methods))]
+        assert all(sorted(o) == sorted(methods) for o in orders)
+        for slot in range(len(methods)):
+            assert {o[slot] for o in orders} == set(methods)
+    # Within one pass, neighbouring questions start with different methods.
+    assert len({method_order(methods, q, 0)[0] for q in range(3)}) == 3
 
 
 def test_keep_fastest_keeps_each_questions_fastest_run_and_counts_changes() -> None:
