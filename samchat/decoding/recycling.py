@@ -11,6 +11,10 @@ CPU, where it shares memory with a numpy array; saved as a `.npy` file). Learnin
 stay on that device: observe() reads nothing back to the host, and propose() gathers the tree
 level by level (one small gather per depth) and reads its tokens back once.
 
+When the last token has no row yet (a bonus token never fed to the model), the tree's first
+level is instead the tokens the model has emitted most often in this session (a fallback row
+with its own rank rates), and its deeper levels follow the table as usual.
+
 Template shape and size come from running statistics: how often the model's own next token is
 the candidate of rank r. With those rates the expected accepted length of a template is the
 sum over its nodes of the product of the rates along the path, which lets the selection step
@@ -60,6 +64,9 @@ def prompt_rows(rel_cost_64: float, vocab_size: int) -> int:
 # Prior chance that the model's next token is the table's candidate of rank r (warm table).
 _PRIOR_RANK = (0.45, 0.12, 0.06, 0.04, 0.03, 0.02, 0.015, 0.01)
 _PRIOR_WEIGHT = 200.0
+# The same for the fallback row (most frequent emitted tokens): a weak unigram guess.
+_PRIOR_FALLBACK = (0.06, 0.04, 0.03, 0.02, 0.02, 0.015, 0.01, 0.01)
+_PRIOR_FALLBACK_WEIGHT = 50.0
 
 
 def build_template(
@@ -79,10 +86,16 @@ def build_template(
     return out
 
 
-def expected_accepted(template: Sequence[tuple[int, ...]], rates: Sequence[float]) -> float:
+def expected_accepted(
+    template: Sequence[tuple[int, ...]],
+    rates: Sequence[float],
+    first: Sequence[float] | None = None,
+) -> float:
+    """Sum over the template's nodes of the product of the rates along the path; `first`:
+    other rates for the first level (the fallback row's)."""
     total = 0.0
     for path in template:
-        p = 1.0
+        p = 1.0 if first is None else first[path[0]] / rates[path[0]]
         for r in path:
             p *= rates[r]
         total += p
@@ -121,10 +134,11 @@ class _Plan:
                     (torch.from_numpy(rel).to(device), torch.from_numpy(ranks).to(device))
                 )
 
-    def candidates(self, flat: Any, k: int, last: int) -> list[int]:
-        """Each node's candidate (-1 under a missing one), numpy or torch alike."""
+    def candidates(self, flat: Any, k: int, last: int, first: Any = None) -> list[int]:
+        """Each node's candidate (-1 under a missing one), numpy or torch alike; `first`: the
+        row to take the first level from instead of last's."""
         ranks = self.levels[0][1]
-        level = flat.take(ranks + k * last)
+        level = flat.take(ranks + k * last) if first is None else first.take(ranks)
         found = [level]
         for rel, ranks in self.levels[1:]:
             # Under a -1 parent the index wraps to the last row (numpy and torch wrap
@@ -161,6 +175,14 @@ class TokenRecyclingDrafter(Drafter):
         self._host_flat: np.ndarray[Any, np.dtype[np.int32]] | None = table.reshape(-1)
         # Rows with a rank-0 candidate, kept on the host: the selector asks every step.
         self._known = table[:, 0] >= 0
+        # How often the model emitted each token this session: the fallback row's source.
+        # Kept incrementally (a few microseconds a step): the drafter also counts while it
+        # rests, on llama.cpp's 10 ms steps.
+        self._emitted = [0] * vocab_size
+        self._top: list[int] = []  # the k most emitted, most first (ties: lower id first)
+        self._fallback: np.ndarray[Any, np.dtype[np.int32]] | None = None  # None: rebuild
+        self.fallback_hits = [0] * k
+        self.fallback_seen = 0
         # Rank hits and rows seen beyond the prior, summed on the table's device.
         self.hits = torch.zeros(k, dtype=torch.int64)
         self.seen = torch.zeros((), dtype=torch.int64)
@@ -238,10 +260,22 @@ class TokenRecyclingDrafter(Drafter):
             for p, h in zip(_PRIOR_RANK[: self.k], counts[:-1], strict=True)
         ]
 
+    @property
+    def fallback_rates(self) -> list[float]:
+        seen = _PRIOR_FALLBACK_WEIGHT + self.fallback_seen
+        return [
+            (p * _PRIOR_FALLBACK_WEIGHT + int(h)) / seen
+            for p, h in zip(_PRIOR_FALLBACK[: self.k], self.fallback_hits, strict=True)
+        ]
+
     def _refresh(self) -> None:
         rates = self.rank_rates
+        first = self.fallback_rates
         self._templates = {s: build_template(rates, s) for s in SIZES}
         self._expected = {s: expected_accepted(t, rates) for s, t in self._templates.items()}
+        self._expected_fallback = {
+            s: expected_accepted(t, rates, first) for s, t in self._templates.items()
+        }
         self._plans.clear()
         self._since_refresh = 0
 
@@ -250,9 +284,13 @@ class TokenRecyclingDrafter(Drafter):
 
     def expected_accepted(self, max_nodes: int) -> float:
         size = max((s for s in SIZES if s <= max_nodes), default=0)
-        if size == 0 or self._last < 0 or not self._known[self._last]:
+        if size == 0 or self._last < 0:
             return 0.0
-        return self._expected[size] * self.calibration
+        if self._known[self._last]:
+            return self._expected[size] * self.calibration
+        if not self._top:
+            return 0.0
+        return self._expected_fallback[size] * self.calibration
 
     def potential(self, max_nodes: int) -> float:
         size = max((s for s in SIZES if s <= max_nodes), default=0)
@@ -273,19 +311,54 @@ class TokenRecyclingDrafter(Drafter):
         self._refresh()
 
     def advance(self, tokens: Sequence[int]) -> None:
-        if tokens:
-            self._last = int(tokens[-1])
+        if not tokens:
+            return
+        top = self._top
+        if self._last >= 0 and not self._known[self._last] and top:
+            # The step began from a token without a row: how would the fallback have done?
+            self.fallback_seen += 1
+            if tokens[0] in top:
+                self.fallback_hits[top.index(tokens[0])] += 1
+        emitted = self._emitted
+        for t in tokens:
+            # Counts only grow: a token can only enter the top k as its own count grows.
+            emitted[t] += 1
+            if t not in top:
+                if len(top) == self.k:
+                    if (-emitted[t], t) > (-emitted[top[-1]], top[-1]):
+                        continue
+                    top.pop()
+                top.append(t)
+            top.sort(key=lambda x: (-emitted[x], x))
+            self._fallback = None
+        self._last = int(tokens[-1])
+
+    def _fallback_row(self) -> np.ndarray[Any, np.dtype[np.int32]]:
+        """The k most emitted tokens, most first (-1 where fewer were emitted)."""
+        if self._fallback is None:
+            row = np.full(self.k, -1, dtype=np.int32)
+            row[: len(self._top)] = self._top
+            self._fallback = row
+        return self._fallback
 
     def propose(self, max_nodes: int) -> DraftTree | None:
         size = max((s for s in SIZES if s <= max_nodes), default=0)
         if size == 0 or self._last < 0:
             return None
-        self._pending_prediction = self._expected[size]
         plan = self._plans.get(size)
         if plan is None:
             plan = self._plans[size] = _Plan(self._templates[size], self.adj.device)
         flat = self._host_flat if plan.host else self.adj.view(-1)
-        cand = plan.candidates(flat, self.k, self._last)
+        first: Any = None  # the fallback row, numpy or torch as the gathers
+        if self._known[self._last]:
+            self._pending_prediction = self._expected[size]
+        else:
+            if not self._top:
+                return None
+            row = self._fallback_row()
+            self._pending_prediction = self._expected_fallback[size]
+            first = row if plan.host else torch.from_numpy(row).to(self.adj.device)
+        cand = plan.candidates(flat, self.k, self._last, first)
         if -1 not in cand:
             return DraftTree(cand, list(plan.parents), self.name)
         # Drop the nodes without a candidate, and their subtrees.

@@ -153,6 +153,7 @@ def test_propose_gathers_the_tree_the_node_walk_would(
         table[rng.random((vocab, k)) < rng.uniform(0.0, 0.4)] = -1
         table[rng.random(vocab) < 0.2] = -1
         d.adj.copy_(torch.from_numpy(table))
+        d._known = table[:, 0] >= 0  # as observe() keeps it
         # Rank rates from counts: the shapes of the templates vary with them.
         d.hits = torch.from_numpy(rng.integers(0, 500, size=k))
         d.seen = torch.tensor(int(d.hits.sum()) + int(rng.integers(0, 500)))
@@ -163,6 +164,8 @@ def test_propose_gathers_the_tree_the_node_walk_would(
             for size in SIZES:
                 got = d.propose(size)
                 want = _old_propose(table, int(last), build_template(rates, size))
+                if table[last, 0] < 0:  # no row: the fallback's, empty (nothing emitted)
+                    want = None
                 assert (got is None) == (want is None), (trial, last, size)
                 if got is not None and want is not None:
                     assert (got.tokens, got.parents) == (want.tokens, want.parents)
@@ -251,3 +254,54 @@ def test_the_table_follows_the_logits_to_the_device(tmp_path: Path) -> None:
             )
     on_gpu.finish()
     assert np.array_equal(np.load(on_gpu.path), on_cpu.adj.numpy())
+
+
+@pytest.mark.parametrize("gathers", ["numpy", "torch"])
+def test_a_token_without_a_row_drafts_from_the_most_emitted_tokens(
+    gathers: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if gathers == "torch":
+        monkeypatch.setattr(recycling, "host_gathers", lambda device: False)
+    vocab = 40
+    d = TokenRecyclingDrafter(vocab, k=4)
+    logits = torch.zeros(2, vocab)
+    logits[0, 9], logits[1, 8] = 1.0, 1.0
+    d.observe([5, 6], logits)  # rows: after 5 comes 9, after 6 comes 8
+    d.begin([1])
+    assert d.expected_accepted(8) == 0.0  # nothing emitted yet: no fallback
+    assert d.propose(8) is None
+    d.advance([5, 6, 5, 7, 6, 5, 30])  # 30 has no row; 5 was emitted most, then 6, then 7
+    assert d.expected_accepted(8) > 0.0
+    tree = d.propose(SIZES[-1])
+    assert tree is not None
+    roots = [t for t, p in zip(tree.tokens, tree.parents, strict=True) if p == -1]
+    assert roots[:3] == [5, 6, 7]
+    pairs = {(tree.tokens[p], t) for t, p in zip(tree.tokens, tree.parents, strict=True) if p >= 0}
+    assert (5, 9) in pairs and (6, 8) in pairs  # deeper levels follow the table...
+    assert all(t in d.adj[parent].tolist() for parent, t in pairs)
+    assert {parent for parent, _ in pairs} <= {5, 6, 9, 8}  # ...and 7, 30 have no row
+    # The fallback's own rates: the model went on with 6, the fallback's rank 1.
+    before = d.fallback_rates
+    d.advance([6, 31])
+    assert d.fallback_seen == 1
+    assert d.fallback_rates[1] > before[1] and d.fallback_rates[0] < before[0]
+    d.advance([5])  # 31 had no row, and the model went on with 5: rank 0
+    assert d.fallback_hits[:2] == [1, 1]
+    d.advance([5])  # 5 has a row: not counted
+    assert d.fallback_seen == 2
+
+
+def test_the_fallback_row_is_the_most_emitted_tokens_however_they_come() -> None:
+    """Kept step by step, the row equals a count from scratch (ties: lower id first)."""
+    rng = np.random.default_rng(3)
+    for trial in range(20):
+        vocab, k = 30, 4
+        d = TokenRecyclingDrafter(vocab, k=k)
+        counts = np.zeros(vocab, dtype=np.int64)
+        for _ in range(60):
+            step = (rng.zipf(1.5, size=int(rng.integers(1, 5))) % vocab).tolist()
+            d.advance(step)
+            np.add.at(counts, step, 1)
+            want = sorted(np.flatnonzero(counts), key=lambda t: (-counts[t], t))[:k]
+            row = d._fallback_row().tolist()
+            assert row[: len(want)] == want and row[len(want) :] == [-1] * (k - len(want)), trial
