@@ -93,13 +93,20 @@ def expected_accepted(
 ) -> float:
     """Sum over the template's nodes of the product of the rates along the path; `first`:
     other rates for the first level (the fallback row's)."""
+    top = rates if first is None else first
     total = 0.0
     for path in template:
-        p = 1.0 if first is None else first[path[0]] / rates[path[0]]
-        for r in path:
+        p = top[path[0]]
+        for r in path[1:]:
             p *= rates[r]
         total += p
     return total
+
+
+def smoothed(prior: Sequence[float], weight: float, hits: Sequence[int], seen: int) -> list[float]:
+    """Rates hits / seen, smoothed by `prior` counted as `weight` observations."""
+    total = weight + seen
+    return [(p * weight + h) / total for p, h in zip(prior, hits, strict=True)]
 
 
 def host_gathers(device: torch.device) -> bool:
@@ -180,9 +187,12 @@ class TokenRecyclingDrafter(Drafter):
         # rests, on llama.cpp's 10 ms steps.
         self._emitted = [0] * vocab_size
         self._top: list[int] = []  # the k most emitted, most first (ties: lower id first)
-        self._fallback: np.ndarray[Any, np.dtype[np.int32]] | None = None  # None: rebuild
         self.fallback_hits = [0] * k
         self.fallback_seen = 0
+        # This step's draft started from the fallback row: observe() then learns only the
+        # rows of the accepted first token's subtree (see _observed_rows).
+        self._from_fallback = False
+        self._first = -1  # the step's first committed token
         # Rank hits and rows seen beyond the prior, summed on the table's device.
         self.hits = torch.zeros(k, dtype=torch.int64)
         self.seen = torch.zeros((), dtype=torch.int64)
@@ -254,19 +264,16 @@ class TokenRecyclingDrafter(Drafter):
     @property
     def rank_rates(self) -> list[float]:
         counts = torch.cat([self.hits, self.seen.view(1)]).tolist()  # the one read back
-        seen = _PRIOR_WEIGHT + counts[-1]
-        return [
-            (p * _PRIOR_WEIGHT + h) / seen
-            for p, h in zip(_PRIOR_RANK[: self.k], counts[:-1], strict=True)
-        ]
+        return smoothed(_PRIOR_RANK[: self.k], _PRIOR_WEIGHT, counts[:-1], counts[-1])
 
     @property
     def fallback_rates(self) -> list[float]:
-        seen = _PRIOR_FALLBACK_WEIGHT + self.fallback_seen
-        return [
-            (p * _PRIOR_FALLBACK_WEIGHT + int(h)) / seen
-            for p, h in zip(_PRIOR_FALLBACK[: self.k], self.fallback_hits, strict=True)
-        ]
+        return smoothed(
+            _PRIOR_FALLBACK[: self.k],
+            _PRIOR_FALLBACK_WEIGHT,
+            self.fallback_hits,
+            self.fallback_seen,
+        )
 
     def _refresh(self) -> None:
         rates = self.rank_rates
@@ -308,6 +315,7 @@ class TokenRecyclingDrafter(Drafter):
 
     def begin(self, context: Sequence[int]) -> None:
         self._last = int(context[-1]) if context else -1
+        self._from_fallback = False
         self._refresh()
 
     def advance(self, tokens: Sequence[int]) -> None:
@@ -330,16 +338,8 @@ class TokenRecyclingDrafter(Drafter):
                     top.pop()
                 top.append(t)
             top.sort(key=lambda x: (-emitted[x], x))
-            self._fallback = None
+        self._first = int(tokens[0])
         self._last = int(tokens[-1])
-
-    def _fallback_row(self) -> np.ndarray[Any, np.dtype[np.int32]]:
-        """The k most emitted tokens, most first (-1 where fewer were emitted)."""
-        if self._fallback is None:
-            row = np.full(self.k, -1, dtype=np.int32)
-            row[: len(self._top)] = self._top
-            self._fallback = row
-        return self._fallback
 
     def propose(self, max_nodes: int) -> DraftTree | None:
         size = max((s for s in SIZES if s <= max_nodes), default=0)
@@ -355,10 +355,13 @@ class TokenRecyclingDrafter(Drafter):
         else:
             if not self._top:
                 return None
-            row = self._fallback_row()
+            # The k most emitted tokens, most first (-1 where fewer were emitted).
+            row = np.full(self.k, -1, dtype=np.int32)
+            row[: len(self._top)] = self._top
             self._pending_prediction = self._expected_fallback[size]
             first = row if plan.host else torch.from_numpy(row).to(self.adj.device)
         cand = plan.candidates(flat, self.k, self._last, first)
+        self._from_fallback = first is not None  # a tree is proposed from here on
         if -1 not in cand:
             return DraftTree(cand, list(plan.parents), self.name)
         # Drop the nodes without a candidate, and their subtrees.
@@ -373,16 +376,36 @@ class TokenRecyclingDrafter(Drafter):
             parents.append(new_index[parent] if parent >= 0 else -1)
         return DraftTree(tokens, parents, self.name) if tokens else None
 
-    def observe(self, input_ids: Sequence[int], logits: Any) -> None:
-        """adj[input_j] = topk(logits_j): every verified position, accepted or not."""
+    def observe(
+        self, input_ids: Sequence[int], logits: Any, parents: Sequence[int] | None = None
+    ) -> None:
+        """adj[input_j] = topk(logits_j): every verified position, accepted or not, except
+        after a fallback draft (see _observed_rows)."""
+        ids = [int(t) for t in input_ids]
+        from_fallback, self._from_fallback = self._from_fallback, False
+        if from_fallback and parents is not None:
+            rows = self._observed_rows(ids, parents)
+            if len(rows) < len(ids):
+                ids = [ids[j] for j in rows]
+                logits = logits.index_select(0, _index(rows, logits.device))
         # Inference mode whatever the caller's: tensors made here are then always updated
         # in the mode they were made in.
         with torch.inference_mode():
-            self._observe([int(t) for t in input_ids], logits)
+            self._observe(ids, logits)
         self._dirty = True
         self._since_refresh += 1
         if self._since_refresh >= 32:
             self._refresh()
+
+    def _observed_rows(self, ids: list[int], parents: Sequence[int]) -> list[int]:
+        """The rows a step drafted from the fallback row learns from: the root's and those
+        under the accepted first token. A rejected first-level node is a frequent token placed
+        where the model did not want it; its row, read in that context, would overwrite the
+        row the token earned where it did occur."""
+        top = [0] * len(parents)  # each node's first-level ancestor
+        for i, p in enumerate(parents):
+            top[i] = i if p < 0 else top[p]
+        return [0] + [i + 1 for i in range(len(parents)) if ids[top[i] + 1] == self._first]
 
     def _observe(self, ids: list[int], logits: torch.Tensor) -> None:
         device = logits.device

@@ -424,7 +424,8 @@ class ChatSession:
         new.append(bonus)
         sources = [tree.source_at(j - 1) for j in path] if tree is not None else []
         if drafting is not None:
-            drafting.learn(decision, ids, logits, new, sources, forward_s)
+            parents = tree.parents if tree is not None else None
+            drafting.learn(decision, ids, parents, logits, new, sources, forward_s)
         sources.append("plain")
         size = len(tree) if tree is not None else 0
         return StepStats(decision.drafter, size, n_acc, forward_s), new, sources
@@ -488,13 +489,15 @@ class _Drafting:
         self,
         decision: Decision,
         ids: list[int],
+        parents: list[int] | None,
         logits: torch.Tensor,
         new: list[int],
         accepted: list[str],
         forward_s: float,
     ) -> None:
         """After a verified step: its cost, the drafters of the accepted draft tokens, the
-        tokens committed (bonus included) and, for the drafters that want them, the logits."""
+        tokens committed (bonus included) and, for the drafters that want them, the logits
+        (with the draft's shape: `parents`, None for a plain step)."""
         tracker = self.tracker
         selector = self.selector
         if tracker.record(len(ids), forward_s):
@@ -503,12 +506,12 @@ class _Drafting:
         for d in self.drafters:
             d.advance(new)
         for d in self.watchers:
-            d.observe(ids, logits)
+            d.observe(ids, logits, parents)
         if self.resting is not None:
             self.since_sample += 1
             if self.since_sample >= REST_SAMPLE:
                 self.since_sample = 0
-                self.resting.observe(ids, logits)
+                self.resting.observe(ids, logits, parents)
 
 
 def _make_dynamic() -> Drafter | None:
