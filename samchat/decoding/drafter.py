@@ -43,12 +43,8 @@ class Drafter(ABC):
     def advance(self, tokens: Sequence[int]) -> None:
         """Tokens committed to the text since the last call."""
 
-    def observe(  # noqa: B027
-        self, input_ids: Sequence[int], logits: Any, parents: Sequence[int] | None = None
-    ) -> None:
-        """Every verification forward: input ids and their logits (n, vocab); for a draft,
-        `parents` holds each draft node's parent (input_ids[i + 1]'s; -1: input_ids[0]).
-        Optional."""
+    def observe(self, input_ids: Sequence[int], logits: Any) -> None:  # noqa: B027
+        """Every verification forward: input ids and their logits (n, vocab). Optional."""
 
     def feedback(self, accepted: int) -> None:  # noqa: B027
         """How many tokens of this drafter's last proposal the model accepted."""

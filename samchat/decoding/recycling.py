@@ -189,10 +189,6 @@ class TokenRecyclingDrafter(Drafter):
         self._top: list[int] = []  # the k most emitted, most first (ties: lower id first)
         self.fallback_hits = [0] * k
         self.fallback_seen = 0
-        # This step's draft started from the fallback row: observe() then learns only the
-        # rows of the accepted first token's subtree (see _observed_rows).
-        self._from_fallback = False
-        self._first = -1  # the step's first committed token
         # Rank hits and rows seen beyond the prior, summed on the table's device.
         self.hits = torch.zeros(k, dtype=torch.int64)
         self.seen = torch.zeros((), dtype=torch.int64)
@@ -315,7 +311,6 @@ class TokenRecyclingDrafter(Drafter):
 
     def begin(self, context: Sequence[int]) -> None:
         self._last = int(context[-1]) if context else -1
-        self._from_fallback = False
         self._refresh()
 
     def advance(self, tokens: Sequence[int]) -> None:
@@ -338,7 +333,6 @@ class TokenRecyclingDrafter(Drafter):
                     top.pop()
                 top.append(t)
             top.sort(key=lambda x: (-emitted[x], x))
-        self._first = int(tokens[0])
         self._last = int(tokens[-1])
 
     def propose(self, max_nodes: int) -> DraftTree | None:
@@ -361,7 +355,6 @@ class TokenRecyclingDrafter(Drafter):
             self._pending_prediction = self._expected_fallback[size]
             first = row if plan.host else torch.from_numpy(row).to(self.adj.device)
         cand = plan.candidates(flat, self.k, self._last, first)
-        self._from_fallback = first is not None  # a tree is proposed from here on
         if -1 not in cand:
             return DraftTree(cand, list(plan.parents), self.name)
         # Drop the nodes without a candidate, and their subtrees.
@@ -376,36 +369,16 @@ class TokenRecyclingDrafter(Drafter):
             parents.append(new_index[parent] if parent >= 0 else -1)
         return DraftTree(tokens, parents, self.name) if tokens else None
 
-    def observe(
-        self, input_ids: Sequence[int], logits: Any, parents: Sequence[int] | None = None
-    ) -> None:
-        """adj[input_j] = topk(logits_j): every verified position, accepted or not, except
-        after a fallback draft (see _observed_rows)."""
-        ids = [int(t) for t in input_ids]
-        from_fallback, self._from_fallback = self._from_fallback, False
-        if from_fallback and parents is not None:
-            rows = self._observed_rows(ids, parents)
-            if len(rows) < len(ids):
-                ids = [ids[j] for j in rows]
-                logits = logits.index_select(0, _index(rows, logits.device))
+    def observe(self, input_ids: Sequence[int], logits: Any) -> None:
+        """adj[input_j] = topk(logits_j): every verified position, accepted or not."""
         # Inference mode whatever the caller's: tensors made here are then always updated
         # in the mode they were made in.
         with torch.inference_mode():
-            self._observe(ids, logits)
+            self._observe([int(t) for t in input_ids], logits)
         self._dirty = True
         self._since_refresh += 1
         if self._since_refresh >= 32:
             self._refresh()
-
-    def _observed_rows(self, ids: list[int], parents: Sequence[int]) -> list[int]:
-        """The rows a step drafted from the fallback row learns from: the root's and those
-        under the accepted first token. A rejected first-level node is a frequent token placed
-        where the model did not want it; its row, read in that context, would overwrite the
-        row the token earned where it did occur."""
-        top = [0] * len(parents)  # each node's first-level ancestor
-        for i, p in enumerate(parents):
-            top[i] = i if p < 0 else top[p]
-        return [0] + [i + 1 for i in range(len(parents)) if ids[top[i] + 1] == self._first]
 
     def _observe(self, ids: list[int], logits: torch.Tensor) -> None:
         device = logits.device

@@ -424,8 +424,7 @@ class ChatSession:
         new.append(bonus)
         sources = [tree.source_at(j - 1) for j in path] if tree is not None else []
         if drafting is not None:
-            parents = tree.parents if tree is not None else None
-            drafting.learn(decision, ids, parents, logits, new, sources, forward_s)
+            drafting.learn(decision, ids, logits, new, sources, forward_s)
         sources.append("plain")
         size = len(tree) if tree is not None else 0
         return StepStats(decision.drafter, size, n_acc, forward_s), new, sources
@@ -489,15 +488,13 @@ class _Drafting:
         self,
         decision: Decision,
         ids: list[int],
-        parents: list[int] | None,
         logits: torch.Tensor,
         new: list[int],
         accepted: list[str],
         forward_s: float,
     ) -> None:
         """After a verified step: its cost, the drafters of the accepted draft tokens, the
-        tokens committed (bonus included) and, for the drafters that want them, the logits
-        (with the draft's shape: `parents`, None for a plain step)."""
+        tokens committed (bonus included) and, for the drafters that want them, the logits."""
         tracker = self.tracker
         selector = self.selector
         if tracker.record(len(ids), forward_s):
@@ -506,12 +503,12 @@ class _Drafting:
         for d in self.drafters:
             d.advance(new)
         for d in self.watchers:
-            d.observe(ids, logits, parents)
+            d.observe(ids, logits)
         if self.resting is not None:
             self.since_sample += 1
             if self.since_sample >= REST_SAMPLE:
                 self.since_sample = 0
-                self.resting.observe(ids, logits, parents)
+                self.resting.observe(ids, logits)
 
 
 def _make_dynamic() -> Drafter | None:
