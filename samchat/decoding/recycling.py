@@ -157,6 +157,11 @@ class _Plan:
         return out
 
 
+def _size(max_nodes: int) -> int:
+    """The largest tree size that fits in max_nodes (0 if none does)."""
+    return max((s for s in SIZES if s <= max_nodes), default=0)
+
+
 def _index(values: list[int], device: torch.device) -> torch.Tensor:
     # Through numpy: three times faster than torch.tensor(list).
     t = torch.from_numpy(np.array(values, dtype=np.int64))
@@ -285,18 +290,22 @@ class TokenRecyclingDrafter(Drafter):
     def tree_sizes(self) -> Sequence[int]:
         return SIZES
 
-    def expected_accepted(self, max_nodes: int) -> float:
-        size = max((s for s in SIZES if s <= max_nodes), default=0)
-        if size == 0 or self._last < 0:
-            return 0.0
+    def _expectations(self) -> dict[int, float] | None:
+        """Expected accepted tokens per tree size from the current token: its own row's, the
+        fallback row's where it has none yet, or None where there is nothing to draft from."""
+        if self._last < 0:
+            return None
         if self._known[self._last]:
-            return self._expected[size] * self.calibration
-        if not self._top:
-            return 0.0
-        return self._expected_fallback[size] * self.calibration
+            return self._expected
+        return self._expected_fallback if self._top else None
+
+    def expected_accepted(self, max_nodes: int) -> float:
+        size = _size(max_nodes)
+        expected = self._expectations()
+        return expected[size] * self.calibration if size and expected is not None else 0.0
 
     def potential(self, max_nodes: int) -> float:
-        size = max((s for s in SIZES if s <= max_nodes), default=0)
+        size = _size(max_nodes)
         return self._expected[size] * self.calibration if size else 0.0
 
     @property
@@ -336,23 +345,20 @@ class TokenRecyclingDrafter(Drafter):
         self._last = int(tokens[-1])
 
     def propose(self, max_nodes: int) -> DraftTree | None:
-        size = max((s for s in SIZES if s <= max_nodes), default=0)
-        if size == 0 or self._last < 0:
+        size = _size(max_nodes)
+        expected = self._expectations()
+        if size == 0 or expected is None:
             return None
+        self._pending_prediction = expected[size]
         plan = self._plans.get(size)
         if plan is None:
             plan = self._plans[size] = _Plan(self._templates[size], self.adj.device)
         flat = self._host_flat if plan.host else self.adj.view(-1)
         first: Any = None  # the fallback row, numpy or torch as the gathers
-        if self._known[self._last]:
-            self._pending_prediction = self._expected[size]
-        else:
-            if not self._top:
-                return None
+        if not self._known[self._last]:
             # The k most emitted tokens, most first (-1 where fewer were emitted).
             row = np.full(self.k, -1, dtype=np.int32)
             row[: len(self._top)] = self._top
-            self._pending_prediction = self._expected_fallback[size]
             first = row if plan.host else torch.from_numpy(row).to(self.adj.device)
         cand = plan.candidates(flat, self.k, self._last, first)
         if -1 not in cand:

@@ -274,6 +274,9 @@ def test_a_token_without_a_row_drafts_from_the_most_emitted_tokens(
     assert d.expected_accepted(8) > 0.0
     tree = d.propose(SIZES[-1])
     assert tree is not None
+    # The prediction the drafter checks itself against is what it told the selector.
+    assert d._pending_prediction * d.calibration == pytest.approx(d.expected_accepted(63))
+    assert d.expected_accepted(63) < d.potential(63)  # the fallback's own, lower rates
     roots = [t for t, p in zip(tree.tokens, tree.parents, strict=True) if p == -1]
     assert roots[:3] == [5, 6, 7]
     pairs = {(tree.tokens[p], t) for t, p in zip(tree.tokens, tree.parents, strict=True) if p >= 0}
@@ -289,6 +292,9 @@ def test_a_token_without_a_row_drafts_from_the_most_emitted_tokens(
     assert d.fallback_hits[:2] == [1, 1]
     d.advance([5])  # 5 has a row: not counted
     assert d.fallback_seen == 2
+    assert d.propose(SIZES[-1]) is not None
+    assert d._pending_prediction * d.calibration == pytest.approx(d.expected_accepted(63))
+    assert d.expected_accepted(63) == pytest.approx(d.potential(63))  # the table's rates
 
 
 def test_the_fallback_row_is_the_most_emitted_tokens_however_they_come() -> None:
