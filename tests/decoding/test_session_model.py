@@ -449,11 +449,10 @@ def _bf16_replies(lm: Any, method: str, chats: list[list[str]], max_new: int) ->
 def test_half_precision_drafting_is_exact_where_this_machine_verifies_exactly(
     bf16_lm: Any,
 ) -> None:
-    """bfloat16 on a CPU: fit() measures whether verification in fastpath's exact mode gives
-    every row bit for bit as one-row decoding does here. Where it does (this machine: AMD EPYC
-    with AVX-512 BF16), sam+tr's greedy replies equal plain decoding's token for token, with
-    sequence drafts only; where it does not, a drafting session says once that they may
-    differ (the next test)."""
+    """bfloat16 on a CPU: where the engine runs fastpath's exact mode, sam+tr's greedy replies
+    equal plain decoding's token for token, with sequence drafts only; where it does not (now
+    everywhere: exact mode is off, docs/benchmarks.md 2026-12-03), a drafting session says
+    once that they may differ."""
     session = ChatSession(bf16_lm, DecodingConfig(method="sam+tr"), cost_curve=CostCurve.flat())
     params = SamplingParams(max_new_tokens=4, temperature=0.0)
     _, done, _ = _run(session, [{"role": "user", "content": "Say hi."}], params)
