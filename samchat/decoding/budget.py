@@ -33,6 +33,9 @@ _PLAUSIBLE_REL4 = 3.0
 # for tests and screenshots; sessions measure the real verification path.
 DEFAULT_CPU = {1: 1.0, 2: 1.25, 4: 1.3, 8: 1.6, 16: 1.6, 32: 2.0, 48: 2.4, 64: 2.9}
 DEFAULT_GPU = {1: 1.0, 16: 1.02, 32: 1.05, 64: 1.15}
+# Where a wide verification costs at most this many one-row forwards the curve counts as flat
+# (a GPU): drafts may use every row, and Token Recycling learns from the whole prompt.
+FLAT_COST = 1.5
 
 
 class CostCurve:

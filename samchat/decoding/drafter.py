@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from samchat.decoding.budget import (
+    FLAT_COST,
     AcceptanceModel,
     CostCurve,
     best_sequence_length,
@@ -119,7 +120,7 @@ class Selector:
         if self.config.max_draft:
             return self.config.max_draft
         curve = self.curve
-        return min(curve.max_inputs - 1, 32 if curve.rel(33) > 1.5 else 63)
+        return min(curve.max_inputs - 1, 32 if curve.rel(33) > FLAT_COST else 63)
 
     def choose(self, budget: int) -> tuple[DraftTree | None, Decision]:
         """One draft of at most `budget` nodes (or None for a plain step)."""

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from samchat.decoding.budget import FLAT_COST
 from samchat.decoding.drafter import Drafter
 from samchat.decoding.tree import DraftTree
 
@@ -50,7 +51,6 @@ PROMPT_ROWS = 64
 # projection is cheap too: learn from every new row of the last prefill chunk, up to
 # PROMPT_LOGITS logits in all (memory). Measured (flat curve, 1 question per category): MAT
 # of summarization 2.17 -> 2.29 and rag 2.00 -> 2.17, no category lower.
-FLAT_COST = 1.5
 PROMPT_LOGITS = 1 << 27
 
 
