@@ -9,6 +9,7 @@ from typing import Any
 
 from samchat.decoding.budget import (
     FLAT_COST,
+    REPLY_START,
     AcceptanceModel,
     CostCurve,
     best_sequence_length,
@@ -156,7 +157,7 @@ class Selector:
         key = ""
         sam_n, sam_v, sam_e = 0, 1.0, 0.0
         if sam is not None and ml > 0:
-            key = sam.name + ("@start" if self.at_start else "")
+            key = sam.name + (REPLY_START if self.at_start else "")
             cap = min(budget, 1 + self.config.alpha * ml)
             rate = self.acceptance.rate(key, ml)
             sam_n, sam_v = best_sequence_length(rate, cap, self.curve)

@@ -13,6 +13,7 @@ import torch
 from samchat.decoding.budget import (
     CURVE_VERSION,
     REPLY_FADE,
+    REPLY_START,
     SIZES,
     AcceptanceModel,
     CostCurve,
@@ -217,6 +218,21 @@ def test_acceptance_fade_moves_rates_back_toward_the_prior() -> None:
         for _ in range(3):
             m.update("dyn", 20, 16, 0)
     assert faded.rate("dyn", 20) < model.rate("dyn", 20)
+
+
+def test_reply_start_evidence_survives_the_reply_fade() -> None:
+    # A reply's first step is drafted at most once per reply: with its evidence halved each
+    # reply it could never outweigh the prior, and a start match that always fails would be
+    # drafted at every reply.
+    model = AcceptanceModel()
+    key = "dyn" + REPLY_START
+    prior = model.rate(key, 6)
+    for _ in range(10):
+        model.fade(REPLY_FADE)
+        model.update(key, 6, 1, 0)
+        model.update("dyn", 6, 1, 0)
+    assert model.rate(key, 6) < 0.5 * prior
+    assert model.rate("dyn", 6) > model.rate(key, 6)  # the body's buckets fade as before
 
 
 class FixedDrafter(Drafter):
