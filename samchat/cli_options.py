@@ -34,8 +34,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         "--dtype",
         default=argparse.SUPPRESS,
         choices=DTYPES,
-        help="torch engine; default: auto (a GPU: bfloat16 or float16; a CPU: float32, or "
-        "bfloat16 where measured faster and exact on it, once per model)",
+        help="torch engine; default: auto (a GPU: bfloat16 or float16; a CPU: float32, the "
+        "one dtype whose drafted output is identical to plain decoding there)",
     )
     group.add_argument(
         "--quantize",

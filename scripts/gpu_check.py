@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     out["default_model_curve"] = cost_curve(default.model, device, args.quick)
     del default
     # Fixed-shape steps: CUDA graphs on a GPU; on a CPU the same shapes run eagerly, in
-    # float32 only (bfloat16 verification there is exact only in fastpath's exact mode).
+    # float32 only (bfloat16 verification on a CPU rounds unlike one-row steps: inexact).
     runs = [("bfloat16", "dynamic"), ("float32", "dynamic"), ("float32", "static")]
     if device.type == "cuda":
         runs = [(dt, st) for dt in ("bfloat16", "float32") for st in ("dynamic", "graphs")]

@@ -48,7 +48,7 @@ def _isolated_dirs(
 @pytest.fixture(scope="session")
 def default_lm() -> Iterator[object]:
     """The real default model (SmolLM2-135M-Instruct) on the torch engine in float32, loaded
-    once (`--dtype auto` may take bfloat16 on this machine: tests/engines/test_dtype_fit.py)."""
+    once."""
     from samchat.models import load_model
     from samchat.models.loader import ModelSpec
 

@@ -626,8 +626,6 @@ class DecodeBench:
                 }
                 if curve.long is not None:  # the same after longer contexts
                     out[label]["long"] = curve.long.long_parts()
-                if session.lm.dtype_verdict:  # --dtype auto's measurement
-                    out[label]["dtype_auto"] = session.lm.dtype_verdict
         return out
 
     def _torch_pld(self, lm: Any, messages: list[dict[str, str]]) -> tuple[list[int], float, int]:

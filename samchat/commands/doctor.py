@@ -55,7 +55,6 @@ def report(data_dir: Path | None = None) -> list[tuple[str, str]]:
     rows.append(("default model (converted)", f"{converted} ({state})"))
     rows.append(("SAM core", _sam_backend()))
     rows.extend(_kernel_rows(paths.cache_dir()))
-    rows.extend(_dtype_rows(paths.cache_dir()))
     rows.append(("data dir", str(data_dir or paths.data_dir())))
     rows.append(("cache dir", str(paths.cache_dir())))
     rows.append(("config dir", str(paths.config_dir())))
@@ -99,24 +98,6 @@ def _kernel_rows(cache: Path) -> list[tuple[str, str]]:
             plan.describe(),
         )
         for about, plan in plans
-    ]
-
-
-def _dtype_rows(cache: Path) -> list[tuple[str, str]]:
-    """What `--dtype auto` took for torch models on this CPU (measured at a model's first use,
-    cached)."""
-    from samchat.engines.dtype_fit import cached_verdicts, has_bf16_kernels
-
-    found = cached_verdicts(cache / "dtype")
-    if not found:
-        if has_bf16_kernels():
-            state = "float32 or bfloat16, measured at a torch model's first use"
-        else:
-            state = "float32 (this CPU has no bfloat16 instructions)"
-        return [("torch dtype (auto)", state)]
-    return [
-        (f"torch dtype (auto, {about.get('model') or '?'})", verdict.describe())
-        for about, verdict in found
     ]
 
 

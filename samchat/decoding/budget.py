@@ -59,9 +59,6 @@ class CostCurve:
     ) -> None:
         self.fixed = fixed
         self.kernels = kernels
-        # Measured in fastpath's exact mode, and verification reproduced one-row decoding
-        # bit for bit there (torch in half precision on a CPU; False everywhere else).
-        self.exact = False
         self.context = context  # cached tokens the points were measured after
         self.long = long
         xs = sorted(points)
@@ -159,13 +156,11 @@ def _sync(device: torch.device) -> None:
 
 @torch.inference_mode()
 def measure_cost_curve(
-    model: Any, device: torch.device, context: int = 256, reps: int = 4, exact: bool = False
+    model: Any, device: torch.device, context: int = 256, reps: int = 4
 ) -> CostCurve:
     """Time forwards of 1, 2, 4 ... 64 new tokens after `context` cached tokens, on each kernel
     candidate (kernels.py), and keep the fastest per size: the curve is relative to the
-    fastest one-row forward, and carries the plan as `kernels`. With `exact`, every forward
-    runs in fastpath's exact mode, and the curve's `exact` says whether verification then
-    reproduced one-row decoding bit for bit here (exactness.py).
+    fastest one-row forward, and carries the plan as `kernels`.
 
     Sizes and kernels are interleaved round by round and each keeps its median time, so that
     bursts of load from other processes hit all alike (the fastest of a few runs is a lucky
@@ -175,7 +170,6 @@ def measure_cost_curve(
 
     kv = KVCache(model)
     forward = ModelForward(model)  # the same path verification takes
-    forward.exact = exact and forward.fast
     vocab = int(model.config.vocab_size)
     gen = torch.Generator().manual_seed(0)
     ctx = torch.randint(0, vocab, (1, context), generator=gen).to(device)
@@ -193,13 +187,7 @@ def measure_cost_curve(
         return dt
 
     plan, med = measure_kernels(run, SIZES, forward.candidates, reps)
-    curve = CostCurve({n: t / med[1] for n, t in med.items()}, kernels=plan)
-    if forward.exact:
-        from samchat.decoding.exactness import check_exact
-
-        forward.plan = plan
-        curve.exact = check_exact(forward, model, device)
-    return curve
+    return CostCurve({n: t / med[1] for n, t in med.items()}, kernels=plan)
 
 
 def measure_engine(
@@ -323,11 +311,11 @@ def load_or_measure(
         if cache_file is None:
             raise FileNotFoundError("no cache file")
         data = json.loads(cache_file.read_text())
-        if data.get("version") == CURVE_VERSION:
+        # "exact": measured in the withdrawn exact mode (padded attention), not these costs.
+        if data.get("version") == CURVE_VERSION and not data.get("exact"):
             kernels = plan_from(data["kernels"]) if "kernels" in data else None
             points = {int(k): float(v) for k, v in data["relative_cost"].items()}
             curve = CostCurve(points, kernels=kernels, context=int(data.get("context", 256)))
-            curve.exact = bool(data.get("exact", False))
             last, part = curve, data
             while "long" in part:
                 part = part["long"]
@@ -357,8 +345,6 @@ def load_or_measure(
             payload["long"] = curve.long.long_parts()
         if curve.kernels is not None:
             payload["kernels"] = curve.kernels.to_dict()
-        if curve.exact:
-            payload["exact"] = True
         if about:
             payload["about"] = about
         cache_file.write_text(json.dumps(payload, indent=1))

@@ -27,12 +27,6 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 ATTN_NAME = "samchat_sdpa"
 MAX_ROWS = 64  # larger inputs (prefill chunks) keep the stock kernels
-# Exact mode pads every forward's keys to a multiple of this: the CPU's fused attention
-# reduces keys in blocks of 512, and only full blocks reduce alike whatever the key count.
-EXACT_BLOCK = 512
-# ... and gives it at least this many query rows: below 4 rows it takes other code, which
-# rounds differently (measured on an AMD EPYC with AVX-512 BF16).
-EXACT_MIN_ROWS = 8
 
 _state = threading.local()
 _registered = False
@@ -40,49 +34,21 @@ _registered = False
 
 def active() -> bool:
     """Any fast kernel on in this thread."""
-    return bool(
-        getattr(_state, "linear", False)
-        or getattr(_state, "attention", False)
-        or getattr(_state, "exact", False)
-    )
+    return bool(getattr(_state, "linear", False) or getattr(_state, "attention", False))
 
 
 @contextmanager
-def verifying(linear: bool = True, attention: bool = True, exact: bool = False) -> Iterator[None]:
-    """Run forwards of patched models on the chosen fast kernels (this thread only). `exact`:
-    every row computed by the same arithmetic whatever the number of rows (exact_attention),
-    for half precision, where a rounding difference changes greedy tokens."""
-    prev = (
-        getattr(_state, "linear", False),
-        getattr(_state, "attention", False),
-        getattr(_state, "exact", False),
-    )
-    _state.linear, _state.attention, _state.exact = linear, attention, exact
+def verifying(linear: bool = True, attention: bool = True) -> Iterator[None]:
+    """Run forwards of patched models on the chosen fast kernels (this thread only)."""
+    prev = (getattr(_state, "linear", False), getattr(_state, "attention", False))
+    _state.linear, _state.attention = linear, attention
     try:
         yield
     finally:
-        _state.linear, _state.attention, _state.exact = prev
-
-
-def exact_rows(x: torch.Tensor) -> torch.Tensor:
-    """x (..., rows, features) as a GEMM takes it in exact mode: contiguous (a transposed
-    input, the previous W @ hᵀ's output, takes other code) and at least two rows (one row
-    takes the GEMV code). Both round a few outputs differently (measured: 55 of 3,376 rows of
-    the default model's linears in bfloat16 differ between one row and 2-16)."""
-    if x.shape[-2] == 1:
-        return torch.cat([x, torch.zeros_like(x)], dim=-2)
-    return x.contiguous()
+        _state.linear, _state.attention = prev
 
 
 def _linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    if getattr(_state, "exact", False) and x.dim() >= 2:
-        rows = x.shape[-2]
-        y = _linear_rows(self, exact_rows(x))
-        return y[..., :rows, :] if rows == 1 else y
-    return _linear_rows(self, x)
-
-
-def _linear_rows(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     if (
         getattr(_state, "linear", False)
         and x.dim() == 3
@@ -109,8 +75,6 @@ def _attention(
 ) -> tuple[torch.Tensor, None]:
     rep = int(getattr(module, "num_key_value_groups", 1))
     b, heads, n, dim = query.shape
-    if getattr(_state, "exact", False) and b == 1 and dropout == 0.0:
-        return exact_attention(query, key, value, attention_mask, scaling, rep), None
     plain = (
         not getattr(_state, "attention", False)
         or n == 1
@@ -140,50 +104,6 @@ def _attention(
     )
     attn = attn.reshape(1, heads, n, value.shape[-1]).transpose(1, 2).contiguous()
     return attn, None
-
-
-def exact_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None,
-    rep: int,
-) -> torch.Tensor:
-    """Attention whose every row comes out bit for bit as it would alone: the query heads of
-    a group stacked as rows (no copies of keys), and the keys padded with masked zeros to a
-    multiple of EXACT_BLOCK, so that the fused kernel reduces every row over the same full
-    blocks however many rows and cached keys a forward has. A masked key's weight is exactly
-    0, so a query gives the same result after n or n + k keys."""
-    _, heads, n, dim = query.shape
-    length = key.shape[2]
-    padded = -(-length // EXACT_BLOCK) * EXACT_BLOCK
-    low = torch.finfo(query.dtype).min
-    if attention_mask is None:  # one row, or a prefill's causal rows
-        mask = torch.zeros(n, length, dtype=query.dtype, device=query.device)
-        if n > 1:
-            mask = torch.full_like(mask, low).triu(length - n + 1)
-    elif attention_mask.dtype == torch.bool:  # transformers' own masks: True = attend
-        zero = torch.zeros((), dtype=query.dtype, device=query.device)
-        mask = torch.where(attention_mask[0, 0], zero, low)
-    else:
-        mask = attention_mask[0, 0].to(query.dtype)
-    mask = mask.expand(n, length)
-    pad = padded - length
-    if pad:
-        key = torch.nn.functional.pad(key, (0, 0, 0, pad))
-        value = torch.nn.functional.pad(value, (0, 0, 0, pad))
-        mask = torch.nn.functional.pad(mask, (0, pad), value=low)
-    rows = rep * n
-    q = query.reshape(1, heads // rep, rows, dim)
-    mask = mask.repeat(rep, 1)
-    if rows < EXACT_MIN_ROWS:  # zero rows, dropped after
-        q = torch.nn.functional.pad(q, (0, 0, 0, EXACT_MIN_ROWS - rows))
-        mask = torch.nn.functional.pad(mask, (0, 0, 0, EXACT_MIN_ROWS - rows))
-    attn = torch.nn.functional.scaled_dot_product_attention(
-        q, key, value, attn_mask=mask[None, None], scale=scaling
-    )[:, :, :rows]
-    return attn.reshape(1, heads, n, value.shape[-1]).transpose(1, 2).contiguous()
 
 
 def _register() -> None:

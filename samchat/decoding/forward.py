@@ -52,16 +52,13 @@ class ModelForward:
             self.decoder_kwarg = cache_kwarg(decoder)
             self.weight: torch.Tensor = head.weight
         self.plan: KernelPlan = DEFAULT_PLAN if self.fast else STOCK_PLAN
-        # Every decoding forward (one row or a draft) in fastpath's exact mode: set by the
-        # engine where it checked, on this machine, that rows then verify bit for bit.
-        self.exact = False
 
     def candidates(self, n: int) -> tuple[str, ...]:
         """The kernels worth timing for n inputs."""
         if not self.fast:
             return ("stock",)
-        # One query row, no patched decoder, or exact mode (its own attention): no GQA packing.
-        if n == 1 or not self.patched or self.exact:
+        # One query row or no patched decoder: no GQA packing.
+        if n == 1 or not self.patched:
             return ("stock", "wht")
         return ("stock", "wht", "wht+gqa")
 
@@ -82,12 +79,10 @@ class ModelForward:
         n = ids.shape[1]
         if self.fast and not last_only and n <= fastpath.MAX_ROWS:
             linear, attention = self.plan.flags(n)
-            if linear or attention or self.exact:
+            if linear or attention:
                 kwargs[self.decoder_kwarg] = cache
-                with fastpath.verifying(linear, attention, self.exact):
+                with fastpath.verifying(linear, attention):
                     hidden = self.decoder(input_ids=ids, **kwargs).last_hidden_state[0]
-                if self.exact:
-                    hidden = fastpath.exact_rows(hidden)
                 if linear:
                     rows = torch.mm(self.weight, hidden.t()).t().contiguous()
                 else:

@@ -330,8 +330,6 @@ class ChatSession:
         """Fit and prefill the prompt, start the drafters."""
         t_start = time.perf_counter()
         self._engine.fit()
-        if self.tree_reason is None:  # fitting can restrict drafts (exact half precision)
-            self.tree_reason = self._engine.tree_reason
         prompt, notice = self._fit(messages, params)
         inexact = self._engine.inexact_reason
         if inexact and not self._told_inexact and self.config.method != "plain":

@@ -21,8 +21,6 @@ def open_engine(lm: Any, cache_dir: Path | None = None) -> Engine:
         from samchat.engines.llamacpp import LlamaCppEngine
 
         return LlamaCppEngine(lm, cache_dir=cache_dir)
-    from samchat.engines.dtype_fit import fit_dtype
     from samchat.engines.torch_engine import TorchEngine
 
-    fit_dtype(lm, cache_dir)  # --dtype auto: float32 or bfloat16, by measurement here
     return TorchEngine(lm, cache_dir)

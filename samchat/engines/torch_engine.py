@@ -59,17 +59,12 @@ class TorchEngine:
         self.plain_reason: str | None = None
         self.tree_reason: str | None = None
         self.inexact_reason: str | None = None
-        half = self.dtype in (torch.bfloat16, torch.float16)
-        # fastpath's exact mode is off: on an Intel Xeon (AVX-512, AMX) it passed check_exact
-        # and still gave 1 of 39 bfloat16 sam+tr replies other tokens than plain decoding,
-        # and 33-48-row verifications differed from one-row steps (docs/benchmarks.md,
-        # 2026-12-03). Half precision drafting is inexact until a check catches that.
-        self._exact_candidate = False
-        if half:
+        if self.dtype in (torch.bfloat16, torch.float16):
             # Measured (docs/benchmarks.md): in bfloat16 on a CPU with the ordinary kernels,
             # 11 of 13 greedy sam+tr replies differed from plain ones; a multi-row forward
             # rounds differently from a one-row one, and half precision turns that into
-            # different tokens.
+            # different tokens. An exact mode (one arithmetic for every row count) passed
+            # its check and still differed on an Intel Xeon (2026-12-03): withdrawn.
             name = str(self.dtype).removeprefix("torch.")
             self.inexact_reason = (
                 f"in {name}, drafted replies can differ from plain decoding (verification rounds "
@@ -129,15 +124,6 @@ class TorchEngine:
         if self._fwd.fast:
             curve = self.cost_curve()
             self._fwd.plan = curve.kernels or DEFAULT_PLAN
-            if self._exact_candidate and curve.exact and not self._fwd.exact:
-                self._fwd.exact = True
-                self.inexact_reason = None
-                name = str(self.dtype).removeprefix("torch.")
-                # A tree's draft keys lie apart in the cache, and no padding makes the fused
-                # attention reduce them as one-row decoding does: sequences only.
-                self.tree_reason = self.tree_reason or (
-                    f"in {name}, only sequence drafts verify bit for bit (exact mode)"
-                )
 
     def _about(self) -> dict[str, str]:
         """What a measurement is of: it holds for every model object loaded from the same
@@ -169,10 +155,9 @@ class TorchEngine:
             if curve is None:
                 model, device = self.model, self.device
                 cache = self.cache_dir
-                exact = self._exact_candidate
 
                 def measure() -> CostCurve:
-                    measured = measure_cost_curve(model, device, exact=exact)
+                    measured = measure_cost_curve(model, device)
                     if self._static is None:
                         return measured
                     # The kernels as measured; the costs as fixed-shape steps run them.

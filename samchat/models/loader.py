@@ -58,10 +58,6 @@ class LoadedModel:
     dtype: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     engine: str = "torch"  # which samchat.engines implementation runs `model`
-    # --dtype auto on a CPU: the first engine measures float32 against bfloat16 and may convert
-    # the weights (engines/dtype_fit.py); dtype_verdict then says what it found.
-    auto_dtype: bool = False
-    dtype_verdict: str = ""
     # How the torch engine runs decode and verify steps (TorchEngine's `steps`).
     steps: str = "dynamic"
 
@@ -467,7 +463,6 @@ def load_model(
         eos_ids=_eos_ids(model, tokenizer),
         source=spec.source or where.path,
         dtype=str(dtype).removeprefix("torch."),
-        auto_dtype=spec.dtype == "auto" and quant is None and device.type == "cpu",
         steps="graphs" if spec.cuda_graphs else "dynamic",
     )
 

@@ -167,6 +167,11 @@ def test_measured_curve_is_cached(tmp_path: Any) -> None:
         assert load_or_measure(measure, path).xs == first.xs
         path.write_text(cached % (CURVE_VERSION, "6.0"))
         assert load_or_measure(measure, path).xs == first.xs
+        # Measured in the withdrawn exact mode (padded attention): not these costs.
+        exact = {"version": CURVE_VERSION, "relative_cost": {"1": 1.0, "64": 7.0}, "exact": True}
+        path.write_text(json.dumps(exact))
+        assert load_or_measure(measure, path).xs == first.xs
+        assert "exact" not in json.loads(path.read_text())
         assert json.loads(path.read_text())["version"] == CURVE_VERSION
         for degenerate in ({}, {"1": 0.0, "4": 1.0}, {"1": 1.0, "4": -1.0}):
             path.write_text(json.dumps({"version": CURVE_VERSION, "relative_cost": degenerate}))
