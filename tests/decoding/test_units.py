@@ -22,6 +22,7 @@ from samchat.decoding.budget import (
     bucket,
     load_or_measure,
     measure_cost_curve,
+    measure_engine,
 )
 from samchat.decoding.drafter import Drafter, Selector
 from samchat.decoding.params import (
@@ -141,6 +142,46 @@ def test_a_session_prices_drafts_at_its_prompt_length(default_lm: Any) -> None:
     long = session._plan_drafting(512)  # halfway from 256 to 1,024 tokens in log(context)
     assert long is not None and long.selector.curve.rel(2) == pytest.approx(2.25)
     assert long.tracker.curve is long.selector.curve
+
+
+class _SwitchingEngine:
+    """Forwards on a fake clock: n rows cost n units, and a forward of another row count than
+    the one before costs 1.5 more (llama.cpp rebuilding its graph)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.last = 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def reset(self) -> None:
+        self.last = 0
+
+    def prefill(self, ids: list[int], logits: int = 0) -> None:
+        self.last = len(ids)
+
+    def forward(self, ids: list[int], layout: Any = None) -> None:
+        n = len(ids)
+        self.now += n + (1.5 if n != self.last else 0.0)
+        self.last = n
+
+    def crop(self, length: int) -> None:
+        pass
+
+
+def test_engine_curve_prices_a_draft_as_decoding_meets_it() -> None:
+    """A draft replaces one of a run of one-token forwards: its cost is its own forward plus
+    what the one-token forward after it loses, against one-token forwards in a row. Timing the
+    sizes back to back (as before) made every reference forward pay a switch, and drafts look
+    cheap (2 rows: 1.4x one here, against 5x)."""
+    engine = _SwitchingEngine()
+    curve = measure_engine(engine, 100, context=8, reps=3, long_contexts=(16,), clock=engine.clock)  # type: ignore[arg-type]
+    assert curve.rel(1) == 1.0
+    for n in (2, 4, 64):
+        assert curve.rel(n) == pytest.approx(n + 3.0)  # n + 1.5, then 1 + 1.5, less 1
+    assert curve.long is not None and curve.long.context == 16
+    assert curve.long.rel(16) == pytest.approx(19.0)
 
 
 def test_measured_curve_is_cached(tmp_path: Any) -> None:
