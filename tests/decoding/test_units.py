@@ -182,6 +182,7 @@ def test_engine_curve_prices_a_draft_as_decoding_meets_it() -> None:
         assert curve.rel(n) == pytest.approx(n + 3.0)  # n + 1.5, then 1 + 1.5, less 1
     assert curve.long is not None and curve.long.context == 16
     assert curve.long.rel(16) == pytest.approx(19.0)
+    assert measure_engine(engine, 100, reps=0, clock=engine.clock).xs == [1]  # nothing timed
 
 
 def test_measured_curve_is_cached(tmp_path: Any) -> None:
