@@ -22,7 +22,7 @@ def test_gpu_check_runs_on_the_cpu_and_finds_spec_equal_to_plain(tmp_path: Path)
          "--json", str(out)],
         capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
     data = json.loads(out.read_text())
     for name in ("random_1b_curve", "default_model_curve"):
         curve = data[name]
@@ -31,7 +31,12 @@ def test_gpu_check_runs_on_the_cpu_and_finds_spec_equal_to_plain(tmp_path: Path)
     runs = [(e["dtype"], e["steps"]) for e in data["equality"]]
     assert runs == [("bfloat16", "dynamic"), ("float32", "dynamic"), ("float32", "static")]
     assert all(e["tokens_per_s"]["plain"] > 0 for e in data["equality"])
-    assert all(e["all_identical"] for e in data["equality"])
+    # float32 promises output identical to plain and keeps it; bfloat16 on a CPU says it may
+    # differ (whether it does varies between CPUs), so only its report is checked.
+    promised = {(e["dtype"], e["steps"]): e["promised_identical"] for e in data["equality"]}
+    assert promised == {runs[0]: False, runs[1]: True, runs[2]: True}
+    assert all(e["all_identical"] for e in data["equality"] if e["promised_identical"])
+    assert data["equality"][0]["identical"] in ("0/1", "1/1")
     assert all(e["overhead_ms_per_step"] > 0 for e in data["equality"])
     assert all(e["token_recycling_table_on"] == "cpu" for e in data["equality"])
     assert data["bitsandbytes_4bit"] == "not checked (needs CUDA)"
