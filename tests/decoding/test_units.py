@@ -161,10 +161,11 @@ class _SwitchingEngine:
     def prefill(self, ids: list[int], logits: int = 0) -> None:
         self.last = len(ids)
 
-    def forward(self, ids: list[int], layout: Any = None) -> None:
+    def forward(self, ids: list[int], layout: Any = None) -> Any:
         n = len(ids)
         self.now += n + (1.5 if n != self.last else 0.0)
         self.last = n
+        return torch.zeros(n, 4)
 
     def crop(self, length: int) -> None:
         pass
@@ -183,6 +184,36 @@ def test_engine_curve_prices_a_draft_as_decoding_meets_it() -> None:
     assert curve.long is not None and curve.long.context == 16
     assert curve.long.rel(16) == pytest.approx(19.0)
     assert measure_engine(engine, 100, reps=0, clock=engine.clock).xs == [1]  # nothing timed
+
+
+class _AsyncEngine(_SwitchingEngine):
+    """A GPU on a fake clock: a forward returns at once (0.1 units to launch) and n rows of
+    work finish when its logits are first read."""
+
+    def forward(self, ids: list[int], layout: Any = None) -> Any:
+        self.now += 0.1
+        engine, work = self, float(len(ids))
+
+        class Pending:
+            def __getitem__(self, index: Any) -> Pending:
+                return self
+
+            def __float__(self) -> float:
+                nonlocal work
+                engine.now += work
+                work = 0.0
+                return 0.0
+
+        return Pending()
+
+
+def test_engine_curve_waits_for_the_logits_as_decoding_does() -> None:
+    """Timing only the call of an asynchronous forward measured its launch: every size looked as
+    cheap as one row, a flat curve that would plan 64-row trees."""
+    engine = _AsyncEngine()
+    curve = measure_engine(engine, 100, context=8, reps=3, clock=engine.clock)  # type: ignore[arg-type]
+    for n in (2, 8, 64):
+        assert curve.rel(n) == pytest.approx((n + 1.2 - 1.1) / 1.1)
 
 
 def test_measured_curve_is_cached(tmp_path: Any) -> None:
