@@ -135,8 +135,8 @@ def equality(device: str, dtype: str, quick: bool, steps: str = "dynamic") -> di
         "tokens_per_s": {k: round(tokens[k] / max(spent[k], 1e-9), 1) for k in tokens},
         "identical": f"{same}/{len(prompts)}",
         "all_identical": same == len(prompts),
-        # Only a promise can fail: in half precision the engine says replies may differ, so
-        # a difference there is reported, not a failure (it varies between CPUs).
+        # Only a promise can fail: in half precision (any device) the engine says replies may
+        # differ, so a difference there is reported, not a failure (on CPUs it varies by CPU).
         "promised_identical": inexact is None,
         "token_recycling_table_on": table,
         "overhead_ms_per_step": round(sorted(overhead_ms)[len(overhead_ms) // 2], 2)
