@@ -251,20 +251,57 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     return digest.hexdigest()[:16]
 
 
+def tokenizer_cache(gguf: Path) -> Path:
+    """Where a GGUF file's tokenizer is kept once converted: keyed by the file's identity and by
+    the libraries that convert and read it (another version may build it differently)."""
+    from importlib.metadata import version
+
+    libs = f"{version('transformers')}|{version('tokenizers')}"
+    key = hashlib.sha256(f"{_conversion_key(gguf)}|{libs}".encode()).hexdigest()[:16]
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in gguf.stem)[:60]
+    return model_cache_dir() / f"tokenizer-{safe}-{key}"
+
+
 def _load_tokenizer(where: _Resolved, spec: ModelSpec) -> Any:
+    """The model's tokenizer. A GGUF file's is converted from its vocabulary once (seconds) and
+    kept in the model cache, from where it loads in a fraction of that."""
     from transformers import AutoTokenizer
 
+    gguf = _gguf_path(where)
+    cached = tokenizer_cache(gguf) if gguf is not None else None
+    if cached is not None and cached.is_dir():
+        try:
+            return AutoTokenizer.from_pretrained(cached, local_files_only=True)
+        except Exception:  # a damaged copy is converted again
+            shutil.rmtree(cached, ignore_errors=True)
     kwargs: dict[str, Any] = {"trust_remote_code": spec.trust_remote_code}
     if where.gguf_file:
         kwargs["gguf_file"] = where.gguf_file
     if where.local:
         kwargs["local_files_only"] = True
     try:
-        return AutoTokenizer.from_pretrained(where.path, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(where.path, **kwargs)
     except Exception as exc:  # transformers raises many types; all mean "cannot load"
         raise ModelLoadError(
             f"could not load the tokenizer of {spec.source or where.name}: {_short(exc)}"
         ) from exc
+    if cached is not None:
+        _keep_tokenizer(tokenizer, cached)
+    return tokenizer
+
+
+def _keep_tokenizer(tokenizer: Any, target: Path) -> None:
+    """Save a converted tokenizer whole or not at all (a read-only cache converts every time)."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=target.parent))
+        try:
+            tokenizer.save_pretrained(tmp)
+            tmp.rename(target)  # atomic; another process may have kept its copy first
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError:
+        pass
 
 
 def _chat_tokenizer(where: _Resolved, spec: ModelSpec, say: Progress) -> Any:

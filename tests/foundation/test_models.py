@@ -137,3 +137,58 @@ def test_unavailable_device_is_refused() -> None:
         pytest.skip("this machine has CUDA; the refusal only applies without it")
     with pytest.raises(ModelLoadError, match="no CUDA GPU"):
         load_model(ModelSpec(device="cuda"))
+
+
+def _real_prompts() -> Any:
+    """tests/decoding/prompts.py: the real prompts of the end-to-end decoding tests."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "decoding" / "prompts.py"
+    spec = importlib.util.spec_from_file_location("decoding_prompts", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_gguf_tokenizer_kept_in_the_cache_tokenizes_as_the_file_does(tmp_path: Path) -> None:
+    """The GGUF's vocabulary is converted once and kept: the kept copy gives the same tokens as
+    a fresh conversion, chat templates included, and a damaged copy is converted again."""
+    from transformers import AutoTokenizer
+
+    from samchat.models.loader import tokenizer_cache, tokenizer_fingerprint
+
+    prompts = _real_prompts()
+    SINGLE_TURN, MULTI_TURN, LONG_CONTEXT = (
+        prompts.SINGLE_TURN,
+        prompts.MULTI_TURN,
+        prompts.LONG_CONTEXT,
+    )
+    gguf = bundled_gguf()
+    fresh = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+    spec = ModelSpec(source=str(gguf))
+    load_tokenizer(spec)  # converts and keeps it, unless an earlier test did
+    kept_dir = tokenizer_cache(gguf)
+    assert (kept_dir / "tokenizer.json").is_file()
+    kept, fingerprint = load_tokenizer(spec)
+    assert fingerprint == tokenizer_fingerprint(fresh)
+    chats = [[{"role": "user", "content": q}] for q in SINGLE_TURN + LONG_CONTEXT]
+    for turns in MULTI_TURN:
+        roles = ("user", "assistant")
+        chats.append([{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)])
+    chats[0].insert(0, {"role": "system", "content": "Be brief. <|im_end|> 😀\n\tok"})
+    for chat in chats:
+        for prompt in (True, False):
+            expected = fresh.apply_chat_template(chat, add_generation_prompt=prompt)
+            assert kept.apply_chat_template(chat, add_generation_prompt=prompt) == expected
+        text = chat[-1]["content"]
+        ids = fresh(text)["input_ids"]
+        assert kept(text)["input_ids"] == ids
+        assert kept.decode(ids) == fresh.decode(ids)
+    assert kept.eos_token_id == fresh.eos_token_id
+    assert kept.all_special_tokens == fresh.all_special_tokens
+    # A damaged copy is not trusted: the file is converted again.
+    (kept_dir / "tokenizer.json").write_text("{")
+    again, again_fingerprint = load_tokenizer(spec)
+    assert again_fingerprint == fingerprint
+    assert again(SINGLE_TURN[0])["input_ids"] == fresh(SINGLE_TURN[0])["input_ids"]
