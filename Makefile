@@ -73,8 +73,9 @@ typecheck: setup
 	$(BIN)/mypy
 
 # The slowest tests are listed at the end: the suite takes most of CI's time on 2 cores.
+# PYTEST_ARGS adds options, e.g. make pytest PYTEST_ARGS="--durations=0 -k llamacpp".
 pytest: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS)
 
 test: lint typecheck pytest
 

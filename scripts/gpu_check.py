@@ -75,13 +75,17 @@ def cost_curve(model: Any, device: torch.device, quick: bool) -> dict[str, Any]:
 
 
 def decode(
-    lm: Any, method: str, prompt: str, max_new: int
+    lm: Any, method: str, prompt: str, max_new: int, quick: bool = False
 ) -> tuple[list[int], float, float, int, str, str | None]:
     """One greedy reply: (token ids, seconds, seconds in forwards, steps, where the Token
-    Recycling table lives, why the engine does not promise output identical to plain)."""
+    Recycling table lives, why the engine does not promise output identical to plain).
+    `quick` prices verification as free instead of measuring each engine's curve: the
+    largest trees, and the CPU run's minutes go to checking, not timing."""
     from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepStats, TextDelta
+    from samchat.decoding.budget import CostCurve
 
-    session = ChatSession(lm, DecodingConfig(method=method))
+    curve = CostCurve.flat() if quick else None
+    session = ChatSession(lm, DecodingConfig(method=method), None, curve)
     params = SamplingParams(max_new_tokens=max_new, temperature=0.0)
     messages = [{"role": "user", "content": prompt}]
     for _ in session.generate(messages, SamplingParams(max_new_tokens=2, temperature=0.0)):
@@ -120,8 +124,10 @@ def equality(device: str, dtype: str, quick: bool, steps: str = "dynamic") -> di
     tokens = {"plain": 0, "sam+tr": 0}
     spent = {"plain": 0.0, "sam+tr": 0.0}
     for prompt in prompts:
-        plain, plain_s, _, _, _, _ = decode(lm, "plain", prompt, max_new)
-        spec, seconds, forward, n_steps, table, inexact = decode(lm, "sam+tr", prompt, max_new)
+        plain, plain_s, _, _, _, _ = decode(lm, "plain", prompt, max_new, quick)
+        spec, seconds, forward, n_steps, table, inexact = decode(
+            lm, "sam+tr", prompt, max_new, quick
+        )
         same += plain == spec
         tokens["plain"] += len(plain)
         tokens["sam+tr"] += len(spec)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.homes import SHARED_COSTS_ENV, share_costs
+
 # Tests never reach a model hub; the converted default model is shared between runs.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -35,14 +37,51 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.model)
 
 
+@pytest.fixture(scope="session")
+def shared_costs(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Path]:
+    """One cost-curve cache for the whole run (every xdist worker's too): a curve is measured
+    on this machine by the first test that needs it, as a user's first reply would, and read
+    by the rest. The default GGUF's llama.cpp curve is the committed default instead (timing
+    it takes a minute, and only sizes drafts); a GGUF at another path is still timed at its
+    first reply (tests/foundation/test_models_catalog.py checks that). Tests of the
+    measurement itself mark themselves `private_costs`."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the workers' base directories share this parent
+    path = root / "shared-costs"
+    path.mkdir(mode=0o700, exist_ok=True)
+    os.environ[SHARED_COSTS_ENV] = str(path)
+    from samchat.engines.llamacpp_model import unavailable_reason
+
+    if unavailable_reason() is None:  # without llama.cpp its own tests fail, not every test
+        import torch
+
+        from samchat.decoding.budget import CostCurve, load_or_measure
+        from samchat.engines.llamacpp import curve_digest
+
+        gguf_lm = request.getfixturevalue("gguf_lm")
+        default = CostCurve.default(torch.device("cpu"))
+        load_or_measure(lambda: default, path / f"{curve_digest(gguf_lm)}.json")
+    yield path
+    os.environ.pop(SHARED_COSTS_ENV, None)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_dirs(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    shared_costs: Path,
 ) -> None:
-    """Each test writes its data, cache and config under its own temporary directory."""
+    """Each test writes its data, cache and config under its own temporary directory; cost
+    curves come from the run's shared cache unless the test is marked `private_costs`."""
     base = tmp_path_factory.mktemp("samchat-home")
     for name in ("DATA", "CACHE", "CONFIG"):
         monkeypatch.setenv(f"SAMCHAT_{name}_DIR", str(base / name.lower()))
+    if request.node.get_closest_marker("private_costs") is None:
+        share_costs(base / "cache")
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -374,7 +375,10 @@ def load_or_measure(
             payload["kernels"] = curve.kernels.to_dict()
         if about:
             payload["about"] = about
-        cache_file.write_text(json.dumps(payload, indent=1))
+        # Written whole, then renamed: another process reading it meanwhile sees no half file.
+        tmp = cache_file.with_name(f".{cache_file.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(payload, indent=1))
+        os.replace(tmp, cache_file)
     except OSError as exc:  # a read-only cache only costs a re-measure next time
         log.warning("could not save the cost curve to %s: %s", cache_file, exc)
     return curve

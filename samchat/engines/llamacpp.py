@@ -248,14 +248,8 @@ class LlamaCppEngine:
         """llama.cpp picks its own kernels (at build time, and by repacking at load)."""
 
     def cost_curve(self) -> CostCurve:
-        from samchat.engines.cpu import cpu_name
-
-        path = self.weights.path
-        room = int(self.lm.context_limit) - 2 * MAX_SEQ
-        longs = tuple(sorted({min(c, room) for c in LONG_CONTEXTS}))
-        ident = f"llamacpp|{version()}|{cpu_name()}|{threads()}|{path.resolve()}|{longs}"
-        ident += f"|{path.stat().st_size}|{self.weights.file_type}"
-        digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
+        longs = _long_contexts(self.lm)
+        digest = curve_digest(self.lm)
         with _CURVES_LOCK:
             curve = _CURVES.get(digest)
             if curve is None:
@@ -289,6 +283,24 @@ class LlamaCppEngine:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter exit the library may be gone
             self.close()
+
+
+def _long_contexts(lm: Any) -> tuple[int, ...]:
+    room = int(lm.context_limit) - 2 * MAX_SEQ
+    return tuple(sorted({min(c, room) for c in LONG_CONTEXTS}))
+
+
+def curve_digest(lm: Any) -> str:
+    """What a curve measured for a loaded GGUF holds for: this build, CPU, thread count, file
+    and context; its cached copy is `costs/<digest>.json` in the cache directory."""
+    from samchat.engines.cpu import cpu_name
+
+    weights = lm.model
+    path = weights.path
+    longs = _long_contexts(lm)
+    ident = f"llamacpp|{version()}|{cpu_name()}|{threads()}|{path.resolve()}|{longs}"
+    ident += f"|{path.stat().st_size}|{weights.file_type}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
 class _TreeBatch:

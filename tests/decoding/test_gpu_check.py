@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.model
 def test_gpu_check_runs_on_the_cpu_and_finds_spec_equal_to_plain(tmp_path: Path) -> None:
+    """Over a minute on 2 cores, on purpose: the script loads the real model in three
+    configurations and measures two cost curves and each engine's kernels, as on a GPU."""
     out = tmp_path / "gpu.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--device", "cpu", "--quick",

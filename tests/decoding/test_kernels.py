@@ -166,6 +166,7 @@ def test_the_engine_runs_the_measured_plan(
         assert torch.equal(rows[kernel].argmax(-1), rows["stock"].argmax(-1))
 
 
+@pytest.mark.private_costs
 def test_doctor_lists_the_measured_plans(tmp_path: Path) -> None:
     from samchat import paths
     from samchat.commands.doctor import report

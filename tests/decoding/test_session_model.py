@@ -30,7 +30,7 @@ from tests.decoding.prompts import LONG_CONTEXT, MULTI_TURN, PASSAGE_RIVER, SING
 
 pytestmark = pytest.mark.model
 
-MAX_NEW = 40
+MAX_NEW = 24  # drafts, trees and, on long prompts, keys past a 256-row window
 CPU_CURVE = CostCurve.default(torch.device("cpu"))
 
 
@@ -88,7 +88,9 @@ def test_greedy_speculative_equals_generate_on_real_prompts(
 ) -> None:
     """20+ prompts: single questions, multi-turn chats (one session, KV reused across turns,
     the model's own answers in the history) and long-passage summaries. The flat curve drafts
-    the largest trees, SAM and Token Recycling merged into one."""
+    the largest trees, SAM and Token Recycling merged into one. Over a minute on 2 cores: the
+    torch engine's losslessness on every real prompt, and transformers' own reference replies
+    (computed once per run, for this test and the fixed-step one)."""
     params = SamplingParams(max_new_tokens=MAX_NEW)
     config = DecodingConfig(method="sam+tr")
     session = ChatSession(default_lm, config, _static_index(tmp_path, default_lm), curve)

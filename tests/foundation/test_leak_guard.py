@@ -8,11 +8,13 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def run_inner(pytester: pytest.Pytester, body: str) -> pytest.RunResult:
-    pytester.makeconftest(CONFTEST.read_text())
+    pytester.makeconftest((TESTS / "conftest.py").read_text())
+    helpers = pytester.mkpydir("tests")  # what the conftest imports
+    (helpers / "homes.py").write_text((TESTS / "homes.py").read_text())
     pytester.makepyfile(test_inner=body)
     return pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
 

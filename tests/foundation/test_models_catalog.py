@@ -127,6 +127,8 @@ def listed(env: dict[str, str], *options: str) -> list[dict[str, Any]]:
 
 
 def test_ollama_models_load_by_name_and_their_blobs_by_path(tmp_path: Path) -> None:
+    """About a minute: a model at a new path is timed on its first reply, and the test checks
+    that a real first use measures once and says so."""
     blob = ollama_store(tmp_path / "ollama")
     env = env_for(tmp_path, OLLAMA_MODELS=str(tmp_path / "ollama"))
     entries = listed(env)

@@ -17,6 +17,8 @@ from typing import Any
 import openai
 import pytest
 
+from tests.homes import share_costs
+
 READY_S = 300  # model load and cost-curve measurement on a busy machine
 
 
@@ -34,6 +36,7 @@ def home_env(home: Path) -> dict[str, str]:
     env["HF_HUB_OFFLINE"] = "1"
     for name in ("DATA", "CACHE", "CONFIG"):
         env[f"SAMCHAT_{name}_DIR"] = str(home / name.lower())
+    share_costs(home / "cache")
     return env
 
 
