@@ -41,16 +41,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def shared_costs(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Path]:
-    """One cost-curve cache for the whole run (every xdist worker's too): a curve is measured
+    """One cost-curve cache for the whole run: a curve is measured
     on this machine by the first test that needs it, as a user's first reply would, and read
     by the rest. The default GGUF's llama.cpp curve is the committed default instead (timing
     it takes a minute, and only sizes drafts); a GGUF at another path is still timed at its
     first reply (tests/foundation/test_models_catalog.py checks that). Tests of the
     measurement itself mark themselves `private_costs`."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent  # the workers' base directories share this parent
-    path = root / "shared-costs"
+    path = tmp_path_factory.getbasetemp() / "shared-costs"
     path.mkdir(mode=0o700, exist_ok=True)
     os.environ[SHARED_COSTS_ENV] = str(path)
     from samchat.engines.llamacpp_model import unavailable_reason

@@ -145,13 +145,11 @@ class TorchEngine:
             about["steps"] = self.steps
         return about
 
-    def curve_digest(self) -> str:
-        """What a measured curve holds for (see _about); its cached copy is
-        `costs/<digest>.json` in the cache directory."""
+    def _digest(self) -> str:
         return hashlib.sha256("|".join(self._about().values()).encode()).hexdigest()[:16]
 
     def cost_curve(self) -> CostCurve:
-        digest = self.curve_digest()
+        digest = self._digest()
         with _CURVES_LOCK:  # one measurement at a time: two would disturb each other
             curve = _CURVES.get(digest)
             if curve is None:
@@ -188,7 +186,7 @@ class TorchEngine:
         """The kernel plan in words, or why there is none yet."""
         if not self._fwd.fast:
             return "the model's own"
-        curve = _CURVES.get(self.curve_digest())
+        curve = _CURVES.get(self._digest())
         if curve is None or curve.kernels is None:
             return "chosen by measurement at the first reply"
         return curve.kernels.describe()

@@ -13,6 +13,7 @@ import torch
 from samchat.errors import ModelLoadError
 from samchat.models import ModelSpec, load_model, load_tokenizer
 from samchat.models.default import bundled_gguf, converted_dir
+from tests.decoding.prompts import LONG_CONTEXT, MULTI_TURN, SINGLE_TURN
 
 
 def test_default_model_loads_offline_with_chat_template(default_lm: Any) -> None:
@@ -139,18 +140,6 @@ def test_unavailable_device_is_refused() -> None:
         load_model(ModelSpec(device="cuda"))
 
 
-def _real_prompts() -> Any:
-    """tests/decoding/prompts.py: the real prompts of the end-to-end decoding tests."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "decoding" / "prompts.py"
-    spec = importlib.util.spec_from_file_location("decoding_prompts", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_gguf_tokenizer_kept_in_the_cache_tokenizes_as_the_file_does(tmp_path: Path) -> None:
     """The GGUF's vocabulary is converted once and kept: the kept copy gives the same tokens as
     a fresh conversion, chat templates included, and a damaged copy is converted again."""
@@ -158,12 +147,6 @@ def test_a_gguf_tokenizer_kept_in_the_cache_tokenizes_as_the_file_does(tmp_path:
 
     from samchat.models.loader import tokenizer_cache, tokenizer_fingerprint
 
-    prompts = _real_prompts()
-    SINGLE_TURN, MULTI_TURN, LONG_CONTEXT = (
-        prompts.SINGLE_TURN,
-        prompts.MULTI_TURN,
-        prompts.LONG_CONTEXT,
-    )
     gguf = bundled_gguf()
     fresh = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
     spec = ModelSpec(source=str(gguf))
