@@ -9,15 +9,23 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from samchat.errors import SamchatError, StoreError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from samchat.corpus.retrieval import Fitted, Source
     from samchat.decoding.events import Event
-    from samchat.models.loader import LoadedModel
+    from samchat.models.loader import LoadedModel, ModelSpec
+    from samchat.remote.client import RemoteModel
+    from samchat.remote.endpoint import Endpoint
+    from samchat.remote.replies import RemoteGenerator
     from samchat.store import Chat, MessageRow, SearchHit, Store
+
+    Model: TypeAlias = "LoadedModel | RemoteModel"  # run here, or by a server
+    Replies: TypeAlias = "Generator | RemoteGenerator"  # what replies come from
 
 Message = dict[str, str]
 
@@ -136,6 +144,27 @@ class ChatData:
 # -- model and decoding (run in worker threads) -------------------------------------------------
 
 
+def open_model(
+    spec: ModelSpec,
+    progress: Callable[[str], None],
+    endpoints: Mapping[str, Endpoint] | None = None,
+    recent: Path | None = None,
+) -> LoadedModel | RemoteModel:
+    """The model `spec` names: loaded here, or (an `openai:` source) found on its server.
+    endpoints: config.toml's [endpoints]; recent: the list of GGUF files loaded before."""
+    from samchat.remote.endpoint import is_remote
+
+    if is_remote(spec.source):
+        from samchat.remote.client import connect
+        from samchat.remote.endpoint import parse_source
+
+        assert spec.source is not None
+        return connect(parse_source(spec.source, endpoints or {}), progress)
+    from samchat.models import load_model
+
+    return load_model(spec, progress=progress, recent=recent)
+
+
 def load_lm(
     source: str,
     device: str,
@@ -143,10 +172,11 @@ def load_lm(
     options: dict[str, Any] | None = None,
     engine: str = "auto",
     recent: Path | None = None,
-) -> LoadedModel:
+    endpoints: Mapping[str, Endpoint] | None = None,
+) -> LoadedModel | RemoteModel:
     """options: dtype / quantize / trust_remote_code, as ModelSpec takes them; engine: one of
-    samchat.engines.ENGINES ("" = auto); recent: the list of GGUF files loaded before."""
-    from samchat.models.loader import ModelSpec, load_model
+    samchat.engines.ENGINES ("" = auto)."""
+    from samchat.models.loader import ModelSpec
 
     spec = ModelSpec(
         source=source or None,
@@ -154,7 +184,24 @@ def load_lm(
         engine=engine or "auto",
         **(options or {}),
     )
-    return load_model(spec, progress=progress, recent=recent)
+    return open_model(spec, progress, endpoints, recent)
+
+
+def make_generator(
+    lm: LoadedModel | RemoteModel,
+    decoding: dict[str, Any],
+    indexer: Any = None,
+    cost_curve: Any = None,
+    cache_dir: Path | None = None,
+) -> Generator | RemoteGenerator:
+    """What replies come from: a decoding session here, or the model's server."""
+    from samchat.remote.client import RemoteModel
+
+    if isinstance(lm, RemoteModel):
+        from samchat.remote.replies import RemoteGenerator
+
+        return RemoteGenerator(lm)
+    return Generator(lm, decoding, indexer, cost_curve, cache_dir)
 
 
 class Generator:
@@ -246,13 +293,17 @@ class FixedIndex:
 
 
 def start_indexer(
-    lm: LoadedModel,
+    lm: LoadedModel | RemoteModel,
     db_path: Path,
     on_error: Callable[[Exception], None],
     on_progress: Callable[[int, int, str], None] | None = None,
 ) -> Any:
-    """A BackgroundIndexer that keeps this tokenizer's static index in step with the store."""
+    """A BackgroundIndexer that keeps this tokenizer's static index in step with the store;
+    None for a remote model (no tokenizer here, and nothing here drafts)."""
     from samchat.corpus.indexing import BackgroundIndexer, tokenizer_codec
+
+    if lm.tokenizer is None:
+        return None
 
     encode, separator = tokenizer_codec(lm.tokenizer)
     return BackgroundIndexer(

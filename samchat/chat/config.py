@@ -17,6 +17,7 @@ from samchat import paths
 from samchat.decoding.params import DecodingConfig, SamplingParams, from_mapping, to_mapping
 from samchat.engines.base import ENGINES
 from samchat.errors import SamchatError
+from samchat.remote.endpoint import Endpoint, endpoints_from_toml
 
 CONFIG_NAME = "config.toml"
 DEFAULT_THEME = "samchat-dark"
@@ -51,6 +52,9 @@ class Config:
     # Every knob of DecodingConfig / SamplingParams by name, checked (validate_decoding/_sampling).
     decoding: dict[str, Any] = field(default_factory=decoding_defaults)
     sampling: dict[str, Any] = field(default_factory=sampling_defaults)
+    # [endpoints.NAME]: OpenAI-compatible servers `openai:NAME` reaches. The user writes them;
+    # saving the settings leaves them as they are (to_toml_dict does not hold them).
+    endpoints: dict[str, Endpoint] = field(default_factory=dict)
 
     def to_toml_dict(self) -> dict[str, Any]:
         return {
@@ -112,6 +116,10 @@ def from_toml_dict(data: dict[str, Any]) -> Config:
         if not isinstance(section, dict):
             raise ConfigError(f"config: [{name}] must be a table")
         setattr(cfg, name, check(section))
+    try:
+        cfg.endpoints = endpoints_from_toml(data.get("endpoints", {}))
+    except SamchatError as exc:
+        raise ConfigError(str(exc)) from None
     return cfg
 
 

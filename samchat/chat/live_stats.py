@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from samchat.remote import REMOTE
+
 DRAFTERS = ("dyn", "static", "tr")
 
 
@@ -23,10 +25,12 @@ class LiveStats:
     plain_forward_s: float = 0.0  # forward time of this reply's plain (one-row) steps
     plain_steps: int = 0
     last_t: float = 0.0
+    first_t: float = 0.0  # when the first text came
     final: dict[str, Any] | None = None  # the engine's ReplyStats as a dict, once done
 
     def on_delta(self, n_tokens: int, sources: list[str], t: float) -> None:
         prev = self.last_t or self.started
+        self.first_t = self.first_t or t
         self.tokens += n_tokens
         for src in sources:
             self.by_source[src] = self.by_source.get(src, 0) + 1
@@ -43,6 +47,20 @@ class LiveStats:
 
     def on_done(self, stats: dict[str, Any]) -> None:
         self.final = stats
+
+    @property
+    def remote(self) -> bool:
+        """The reply comes from a server: no MAT, speedup or drafter shares to show."""
+        if self.final is not None:
+            return self.final.get("method") == REMOTE
+        return REMOTE in self.by_source
+
+    @property
+    def ttft(self) -> float:
+        """Seconds from the request to the first text (0 = none yet)."""
+        if self.final is not None and self.final.get("ttft_s"):
+            return float(self.final["ttft_s"])
+        return self.first_t - self.started if self.first_t else 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -87,6 +105,16 @@ def format_stats(stats: dict[str, Any]) -> str:
     """One line of figures for a finished reply."""
     if not stats:
         return "no statistics stored"
+    if stats.get("method") == REMOTE:
+        return " · ".join(
+            [
+                f"{int(stats.get('tokens', 0))} tok",
+                f"{float(stats.get('seconds', 0.0)):.2f} s",
+                f"{float(stats.get('tokens_per_s', 0.0)):.1f} tok/s",
+                f"first token {float(stats.get('ttft_s', 0.0)):.2f} s",
+                REMOTE,
+            ]
+        )
     parts = [
         f"{int(stats.get('tokens', 0))} tok",
         f"{float(stats.get('seconds', 0.0)):.2f} s",

@@ -29,9 +29,9 @@ class ReplyRecorder:
     def observe(self, event: Event, at: float | None = None) -> None:
         from samchat.decoding.events import TextDelta
 
-        if isinstance(event, TextDelta) and event.token_ids:
+        if isinstance(event, TextDelta) and event.tokens:
             now = time.perf_counter() if at is None else at
-            self.live.on_delta(len(event.token_ids), list(event.sources), now)
+            self.live.on_delta(event.tokens, list(event.sources), now)
 
     def stats(self, done: ReplyDone) -> dict[str, Any]:
         stats = done.stats.to_dict()

@@ -18,7 +18,7 @@ from samchat.errors import SamchatError
 if TYPE_CHECKING:
     import threading
 
-    from samchat.chat.backend import Generator
+    from samchat.chat.backend import Replies
     from samchat.decoding.events import Event
 
 
@@ -148,7 +148,7 @@ class ChatService:
 
 
 def stream_reply(
-    generator: Generator,
+    generator: Replies,
     reply: PendingReply,
     sampling: dict[str, Any],
     cancel: threading.Event,

@@ -25,6 +25,7 @@ from samchat.errors import SamchatError
 
 if TYPE_CHECKING:
     from samchat.models.loader import ModelSpec
+    from samchat.remote.endpoint import Endpoint
 
 # The decoding and sampling options, in this order: (dataclass, knob name). Their help, defaults,
 # choices and allowed ranges are the knobs' (samchat/decoding/params.py).
@@ -165,9 +166,8 @@ def _note(text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from samchat import paths
-    from samchat.chat.backend import ChatData, FixedIndex, Generator
+    from samchat.chat.backend import ChatData, FixedIndex, make_generator, open_model
     from samchat.chat.service import ChatService
-    from samchat.models import load_model
     from samchat.models.catalog import recent_file
     from samchat.store import Store
     from samchat.store.turns import title_from
@@ -184,11 +184,11 @@ def run(args: argparse.Namespace) -> int:
         parent_id = service.latest_leaf(chat_id) if chat_id is not None else None
         history = service.history(chat_id, parent_id, args.system)
         sources = _sources(args, question, store)
-        lm = load_model(settings.spec, progress=_note, recent=recent_file(store.path.parent))
-        index = _open_index(store, lm)
+        lm = open_model(settings.spec, _note, settings.endpoints, recent_file(store.path.parent))
+        index = _open_index(store, lm) if lm.tokenizer is not None else None
         try:
             view = FixedIndex(index.index) if index is not None else None
-            generator = Generator(lm, settings.decoding, view, cache_dir=paths.cache_dir())
+            generator = make_generator(lm, settings.decoding, view, cache_dir=paths.cache_dir())
             # As many sources as the context holds beside the chat so far.
             fitted = generator.fit_sources(history, question, sources, settings.sampling)
             for notice in fitted.notices:
@@ -207,6 +207,8 @@ def run(args: argparse.Namespace) -> int:
             record = _stream(args, generator, reply, settings.sampling)
             if record is None:
                 return 130
+            if record.notice:
+                _note(record.notice)
             reply_id = service.finish(reply, record)
             if index is not None:
                 index.sync()  # the finished turn grows the static index
@@ -268,6 +270,7 @@ class _Settings:
     spec: ModelSpec
     decoding: dict[str, Any]
     sampling: dict[str, Any]
+    endpoints: dict[str, Endpoint]
 
 
 def _settings(args: argparse.Namespace) -> _Settings:
@@ -288,7 +291,7 @@ def _settings(args: argparse.Namespace) -> _Settings:
             continue  # not given: config.toml's value (or the knob's default)
         target = decoding if cls is DecodingConfig else sampling
         target[name] = tuple(value) if isinstance(value, list) else value
-    return _Settings(spec, decoding, sampling)
+    return _Settings(spec, decoding, sampling, cfg.endpoints)
 
 
 def _configured_engine(args: argparse.Namespace) -> str:
@@ -317,6 +320,13 @@ def _open_index(store: Any, lm: Any) -> Any:
 
 def _print_stats(record: Any) -> None:
     s = record.stats
+    if s.get("method") == "remote":  # the server decodes: no drafts, MAT or speedup here
+        print(
+            f"[{s['tokens']} tokens in {s['seconds']:.2f}s, {s['tokens_per_s']:.1f} tok/s, "
+            f"first token after {s['ttft_s']:.2f}s, remote, {record.finish_reason}]",
+            file=sys.stderr,
+        )
+        return
     by = ", ".join(f"{k} {v}" for k, v in sorted(s["accepted_by_drafter"].items()))
     print(
         f"[{s['tokens']} tokens in {s['seconds']:.2f}s, {s['tokens_per_s']:.1f} tok/s, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from rich.table import Table
 
@@ -24,7 +25,17 @@ def _size(n: int | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from samchat.chat.config import load_config
+
     entries = list_models(recent_file(apply_data_dir(args)))
+    endpoints = load_config().endpoints  # a bad config.toml is a one-line error
+    if endpoints:
+        from samchat.remote.client import endpoint_models
+
+        remote, problems = endpoint_models(endpoints)
+        entries += remote
+        for problem in problems:
+            print(f"[{problem}]", file=sys.stderr)
     if args.json:
         print(json.dumps([e.to_dict() for e in entries], indent=1))
         return 0
@@ -33,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(column, overflow="fold")
     table.add_column("path", overflow="fold")
     for e in entries:
-        table.add_row(e.source or "(default)", e.origin, e.format, _size(e.size), e.path)
+        size = "" if e.format == "remote" else _size(e.size)
+        table.add_row(e.source or "(default)", e.origin, e.format, size, e.path)
     out_console.print(table)
     return 0
 
@@ -41,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "models",
-        help="list local models: Hugging Face cache, Ollama, LM Studio, GGUF files used before",
+        help="list models: Hugging Face cache, Ollama, LM Studio, GGUF files used before, and "
+        "those of the endpoints in config.toml",
     )
     p.add_argument("--json", action="store_true", help="print a JSON list")
     add_data_dir(p)  # GGUF files loaded before are remembered there

@@ -16,6 +16,11 @@ class TextDelta:
     sources: list[str]
     pieces: tuple[tuple[str, str], ...] = ()
 
+    @property
+    def tokens(self) -> int:
+        """Tokens this delta commits: one per id, or for a remote chunk (no ids) one per source."""
+        return len(self.token_ids) or len(self.sources)
+
 
 @dataclass(frozen=True)
 class StepStats:

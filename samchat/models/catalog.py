@@ -36,9 +36,9 @@ class ModelEntry:
 
     source: str
     name: str
-    origin: str  # default | huggingface | ollama | lmstudio | recent
-    format: str  # gguf | hf
-    path: str  # the file or directory on disk
+    origin: str  # default | huggingface | ollama | lmstudio | recent | endpoint NAME
+    format: str  # gguf | hf | remote
+    path: str  # the file or directory on disk (a remote one: its server's URL)
     size: int | None = None  # bytes on disk, when known
 
     def to_dict(self) -> dict[str, Any]:

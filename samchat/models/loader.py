@@ -27,6 +27,7 @@ from samchat.models.catalog import (
 from samchat.models.default import DEFAULT_MODEL_NAME, bundled_gguf, default_model_dir
 from samchat.models.device import available_memory, resolve_device, resolve_dtype
 from samchat.paths import model_cache_dir
+from samchat.remote.endpoint import is_remote
 
 Progress = Callable[[str], None]
 # Tokens of context a llama.cpp session allocates at most (a Q8_0 cache per session).
@@ -451,6 +452,11 @@ def load_model(
     recent: the list a GGUF file the user named is added to (`catalog.recent_file`)."""
     spec = spec or ModelSpec()
     say = progress or _noop
+    if is_remote(spec.source):
+        raise ModelLoadError(
+            f"{spec.source} is a model on a server; this command needs one that runs here "
+            "(the app and `samchat ask` chat with remote ones)"
+        )
     _quiet_transformers()
     if choose_engine(spec) == "llamacpp":
         return _load_llamacpp(spec, say, recent)

@@ -36,7 +36,7 @@ from samchat.tui.worker_messages import (
 )
 
 if TYPE_CHECKING:
-    from samchat.models.loader import LoadedModel
+    from samchat.chat.backend import Model, Replies
 
 
 class SamchatApp(App[None]):
@@ -48,7 +48,7 @@ class SamchatApp(App[None]):
         self,
         *,
         db_path: Path | None = None,
-        lm: LoadedModel | None = None,
+        lm: Model | None = None,
         config: Config | None = None,
         config_path: Path | None = None,
         model_source: str | None = None,
@@ -78,8 +78,8 @@ class SamchatApp(App[None]):
         self.data: backend.ChatData | None = None
         self.service: ChatService | None = None  # the turns of a chat, over `data`
         self.data_state = DataState.NONE
-        self.lm: LoadedModel | None = lm
-        self.generator: backend.Generator | None = None
+        self.lm: Model | None = lm
+        self.generator: Replies | None = None
         self.indexer: Any = None  # BackgroundIndexer of the loaded model's tokenizer
         self.model_source = model_source if model_source is not None else config.model
         self.device_name = device or config.device
@@ -175,7 +175,7 @@ class SamchatApp(App[None]):
             indexer = self.indexer or self._make_indexer(self.lm)
             self._adopt_model(
                 self.lm,
-                backend.Generator(
+                backend.make_generator(
                     self.lm, self.cfg.decoding, indexer, self.cost_curve, self.cache_dir
                 ),
             )
@@ -228,7 +228,13 @@ class SamchatApp(App[None]):
 
         try:
             lm = backend.load_lm(
-                source, device, progress, self.model_options, engine, self.recent_models
+                source,
+                device,
+                progress,
+                self.model_options,
+                engine,
+                self.recent_models,
+                self.cfg.endpoints,
             )
         except SamchatError as exc:
             self.post_message(ModelFailed(str(exc)))
@@ -237,10 +243,11 @@ class SamchatApp(App[None]):
             self.post_message(ModelFailed(f"could not load the model: {type(exc).__name__}: {exc}"))
             return
         indexer = self._make_indexer(lm)
-        generator = backend.Generator(lm, decoding, indexer, self.cost_curve, self.cache_dir)
+        generator = backend.make_generator(lm, decoding, indexer, self.cost_curve, self.cache_dir)
         warning = ""
         try:
-            self.post_message(ModelProgress("preparing the decoder (timing this device once)"))
+            if isinstance(generator, backend.Generator):
+                self.post_message(ModelProgress("preparing the decoder (timing this device once)"))
             generator.prepare()
         except Exception as exc:  # the next reply reports it again; the model itself is fine
             warning = f"decoder setup failed: {exc}"
@@ -268,7 +275,7 @@ class SamchatApp(App[None]):
         self.error(msg.error, "Model")
         self.chat.update_status()
 
-    def _adopt_model(self, lm: LoadedModel, generator: backend.Generator) -> None:
+    def _adopt_model(self, lm: Model, generator: Replies) -> None:
         if self.indexer is not None and self.indexer is not generator.indexer:
             self.indexer.stop(timeout=2)
         self.lm = lm
@@ -277,7 +284,7 @@ class SamchatApp(App[None]):
         self.model_state = ModelState.READY
         self.chat.model_ready()
 
-    def _make_indexer(self, lm: LoadedModel) -> Any:
+    def _make_indexer(self, lm: Model) -> Any:
         """Keeps the static index in step with the store (own thread, own connection)."""
         if self.data is None:
             return None
@@ -333,7 +340,12 @@ class SamchatApp(App[None]):
 
         recent = [self.cfg.model] if self.cfg.model else []
         screen = ModelScreen(
-            self.model_source, self.device_name, recent, self.engine_name, self.recent_models
+            self.model_source,
+            self.device_name,
+            recent,
+            self.engine_name,
+            self.recent_models,
+            self.cfg.endpoints,
         )
         self.push_screen(screen, done)
 
@@ -348,7 +360,7 @@ class SamchatApp(App[None]):
             self.save_settings()
             if changed and self.lm is not None:
                 # A new session: the next reply (in its worker) builds it with the new knobs.
-                self.generator = backend.Generator(
+                self.generator = backend.make_generator(
                     self.lm, decoding, self.indexer, self.cost_curve, self.cache_dir
                 )
             self.chat.update_status()

@@ -13,10 +13,9 @@ from samchat.chat.live_stats import LiveStats
 from samchat.tui.widgets.message_view import MessageView
 
 if TYPE_CHECKING:
-    from samchat.chat.backend import Generator
+    from samchat.chat.backend import Model, Replies
     from samchat.chat.service import PendingReply, ReplyRecord
     from samchat.corpus.retrieval import Fitted
-    from samchat.models.loader import LoadedModel
 
 
 @dataclass
@@ -69,8 +68,8 @@ class ModelProgress(Message):
 
 @dataclass
 class ModelLoaded(Message):
-    lm: LoadedModel
-    generator: Generator
+    lm: Model
+    generator: Replies
     source: str
     device: str
     engine: str

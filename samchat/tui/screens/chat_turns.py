@@ -17,6 +17,7 @@ from samchat.chat import backend
 from samchat.chat.live_stats import LiveStats
 from samchat.chat.service import ChatService, PendingReply, ReplyRecord, stream_reply
 from samchat.errors import SamchatError
+from samchat.remote import REMOTE
 from samchat.tui.guard import guarded
 from samchat.tui.screens.documents import ChatDocuments
 from samchat.tui.states import ModelState
@@ -36,6 +37,7 @@ from samchat.tui.worker_messages import (
 )
 
 if TYPE_CHECKING:
+    from samchat.chat.backend import Replies
     from samchat.tui.app import SamchatApp
 
 
@@ -120,7 +122,8 @@ class ChatTurns(Screen[None]):
             parts.append("model failed to load (ctrl+l to pick another)")
         else:
             parts.append("no model loaded (ctrl+l)")
-        parts.append(f"method {app.cfg.decoding.get('method', 'sam+tr')}")
+        if app.lm is None or app.lm.engine != REMOTE:  # a server decodes as it does
+            parts.append(f"method {app.cfg.decoding.get('method', 'sam+tr')}")
         if self.documents.active:
             parts.append(self.documents.summary())
         if app.index_progress:
@@ -255,7 +258,7 @@ class ChatTurns(Screen[None]):
         history: list[dict[str, str]],
         retrieval: bool,
         files: list[Any],
-        gen: backend.Generator,
+        gen: Replies,
         service: ChatService,
     ) -> None:
         try:
@@ -361,7 +364,7 @@ class ChatTurns(Screen[None]):
         self.run_reply(job, generator, dict(self.samchat.cfg.sampling))
 
     @work(thread=True, group="reply", exit_on_error=False)
-    def run_reply(self, job: ReplyJob, gen: backend.Generator, sampling: dict[str, Any]) -> None:
+    def run_reply(self, job: ReplyJob, gen: Replies, sampling: dict[str, Any]) -> None:
         """The chat service's stream, posted back to the UI (which saves the record)."""
         try:
             from samchat.decoding.events import StepStats, TextDelta
@@ -371,7 +374,7 @@ class ChatTurns(Screen[None]):
                 if isinstance(ev, TextDelta):
                     pieces = [(text, source) for text, source in ev.pieces]
                     now = time.perf_counter()
-                    n = len(ev.token_ids)
+                    n = ev.tokens
                     self.post_message(ReplyDelta(job, ev.text, pieces, n, list(ev.sources), now))
                 elif isinstance(ev, StepStats):
                     self.post_message(ReplyStep(job, ev.forward_s, ev.draft_size == 0))

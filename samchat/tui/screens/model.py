@@ -1,11 +1,13 @@
-"""Pick a model (the bundled default, one found on this machine, a local directory / GGUF file,
-or a hub id), the engine that runs it and the device."""
+"""Pick a model (the bundled default, one found on this machine, one a configured endpoint
+serves, a local directory / GGUF file, a hub id or an openai: URL), the engine that runs it and
+the device."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -17,6 +19,9 @@ from textual.worker import Worker, WorkerState
 
 from samchat.engines.base import ENGINES
 from samchat.models.catalog import ModelEntry, list_models
+
+if TYPE_CHECKING:
+    from samchat.remote.endpoint import Endpoint
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DEFAULT_LABEL = "default: SmolLM2-135M-Instruct (bundled, offline)"
@@ -35,10 +40,13 @@ class ModelScreen(ModalScreen[tuple[str, str, str] | None]):
         recent: list[str],
         engine: str = "auto",
         catalog: Path | None = None,
+        endpoints: Mapping[str, Endpoint] | None = None,
     ) -> None:
-        """catalog: the list of GGUF files loaded before (`models.catalog.recent_file`)."""
+        """catalog: the list of GGUF files loaded before (`models.catalog.recent_file`);
+        endpoints: config.toml's, whose models are listed too."""
         super().__init__(classes="dialog-screen")
         self.catalog = catalog
+        self.endpoints = dict(endpoints or {})
         self.current = current
         self.device = device if device in DEVICES else "auto"
         self.engine = engine if engine in ENGINES else "auto"
@@ -55,7 +63,7 @@ class ModelScreen(ModalScreen[tuple[str, str, str] | None]):
             )
             yield Input(
                 self.current,
-                placeholder="model directory, .gguf file or hub id (empty = default)",
+                placeholder="model directory, .gguf file, hub id or openai:URL (empty = default)",
                 id="model-source",
             )
             with Horizontal(classes="field"):
@@ -87,17 +95,33 @@ class ModelScreen(ModalScreen[tuple[str, str, str] | None]):
             name="model-catalog",
             exit_on_error=False,
         )
+        if self.endpoints:  # a slow or absent server only delays its own entries
+            self.run_worker(
+                partial(_endpoint_models, self.endpoints),
+                thread=True,
+                name="model-endpoints",
+                exit_on_error=False,
+            )
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The models `samchat models` lists (Hugging Face cache, Ollama, LM Studio, GGUF files
         used before) join the list once the scan ends; a failed scan only leaves them out."""
-        if event.worker.name != "model-catalog" or event.state != WorkerState.SUCCESS:
+        if event.state != WorkerState.SUCCESS:
             return
-        entries: list[ModelEntry] = event.worker.result or []
-        shown = {"", *self.recent}
-        self.found = [e for e in entries if e.source not in shown]
+        if event.worker.name == "model-catalog":
+            entries: list[ModelEntry] = event.worker.result or []
+        elif event.worker.name == "model-endpoints":
+            entries, problems = event.worker.result or ([], [])
+            for problem in problems:
+                self.notify(problem, title="Endpoints", severity="warning", timeout=8)
+        else:
+            return
+        shown = {"", *self.recent, *(e.source for e in self.found)}
+        new = [e for e in entries if e.source not in shown]
+        start = len(self.found)
+        self.found += new
         self.query_one("#model-list", OptionList).add_options(
-            Option(_label(e), id=f"model-found-{i}") for i, e in enumerate(self.found)
+            Option(_label(e), id=f"model-found-{start + i}") for i, e in enumerate(new)
         )
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
@@ -127,6 +151,12 @@ class ModelScreen(ModalScreen[tuple[str, str, str] | None]):
             self._accept()
         else:
             self.dismiss(None)
+
+
+def _endpoint_models(endpoints: Mapping[str, Endpoint]) -> tuple[list[ModelEntry], list[str]]:
+    from samchat.remote.client import endpoint_models
+
+    return endpoint_models(endpoints)
 
 
 def _label(entry: ModelEntry) -> str:

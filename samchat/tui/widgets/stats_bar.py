@@ -15,6 +15,15 @@ SPARK_POINTS = TRACE_POINTS  # the live sparkline shows what a stored reply keep
 
 
 def stats_content(stats: LiveStats, status: str) -> Content:
+    if stats.remote:  # the server decodes: how fast, and how soon, is all we know
+        return Content.assemble(
+            (f"{stats.tokens_per_s:.1f}", "bold"),
+            " tok/s · first token ",
+            (f"{stats.ttft:.2f} s", "bold"),
+            " · ",
+            ("remote", "bold"),
+            f" · {stats.tokens} tok · {status}",
+        )
     shares = stats.shares()
     speedup = stats.speedup
     if speedup > 0:
