@@ -101,6 +101,9 @@ class LiveStats:
         return {name: counts.get(name, 0) / total for name in DRAFTERS}
 
 
+_CUT_SHORT = ("cancelled", "interrupted")  # finish reasons a remote reply's figures name
+
+
 def format_stats(stats: dict[str, Any]) -> str:
     """One line of figures for a finished reply."""
     if not stats:
@@ -114,6 +117,7 @@ def format_stats(stats: dict[str, Any]) -> str:
                 f"first token {float(stats.get('ttft_s', 0.0)):.2f} s",
                 REMOTE,
             ]
+            + [str(stats["finish_reason"])] * (stats.get("finish_reason") in _CUT_SHORT)
         )
     parts = [
         f"{int(stats.get('tokens', 0))} tok",

@@ -14,10 +14,21 @@ def run(args: argparse.Namespace) -> int:
         print(config_path())
         return 0
     # show: the file's settings with every default filled in (a bad file is one error line)
-    data = load_config().to_toml_dict()
+    cfg = load_config()
+    data = cfg.to_toml_dict()
     data["sampling"] = {
         k: list(v) if isinstance(v, tuple) else v for k, v in data["sampling"].items()
     }
+    if cfg.endpoints:  # a key written in the file is not echoed
+        endpoints = tomlkit.table(is_super_table=True)
+        for name, e in cfg.endpoints.items():
+            table = {"url": e.url, "timeout": e.timeout_s, "context": e.context}
+            if e.api_key_env:
+                table["api_key_env"] = e.api_key_env
+            if e.api_key:
+                table["api_key"] = "(set in the file)"
+            endpoints[name] = table
+        data["endpoints"] = endpoints
     print(f"# {config_path()} with every default filled in")
     print(tomlkit.dumps(data), end="")
     return 0

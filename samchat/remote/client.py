@@ -128,10 +128,7 @@ def explain(exc: BaseException, endpoint: Endpoint, model: str | None = None) ->
     if isinstance(exc, openai.APIStatusError):
         return f"{where} answered {exc.status_code}: {_detail(exc)}"
     if isinstance(exc, openai.APIResponseValidationError) or _not_json(root):
-        return (
-            f"{where} did not answer as an OpenAI-compatible server does; check the URL "
-            "(the API root, such as http://host:8000/v1)"
-        )
+        return _not_openai(endpoint)
     if (
         isinstance(root, ssl.SSLError)
         or "ssl" in type(root).__name__.lower()
@@ -151,6 +148,13 @@ def explain(exc: BaseException, endpoint: Endpoint, model: str | None = None) ->
     return f"{where}: {type(root).__name__}: {_first_line(root)}"
 
 
+def _not_openai(endpoint: Endpoint) -> str:
+    return (
+        f"{endpoint.label} did not answer as an OpenAI-compatible server does; check the URL "
+        "(the API root, such as http://host:8000/v1)"
+    )
+
+
 def _detail(exc: Any) -> str:
     body = getattr(exc, "body", None)
     if isinstance(body, dict):
@@ -166,13 +170,20 @@ def _not_json(exc: BaseException) -> bool:
 
 def list_models(endpoint: Endpoint) -> list[str]:
     """The ids of the models `endpoint` serves (its /models). RemoteError with one line."""
+    api = client(endpoint, read_s=min(endpoint.timeout_s, 30.0))
     try:
-        page = client(endpoint, read_s=min(endpoint.timeout_s, 30.0)).models.list()
-        ids = [str(m.id) for m in page.data]
+        raw = api.models.with_raw_response.list()
+        if "json" not in raw.headers.get("content-type", ""):
+            raise RemoteError(_not_openai(endpoint))
+        ids = [str(m.id) for m in raw.parse().data]
     except SamchatError:
         raise
+    except (AttributeError, TypeError, KeyError, ValueError):  # JSON, but not a model list
+        raise RemoteError(_not_openai(endpoint)) from None
     except Exception as exc:
         raise RemoteError(explain(exc, endpoint)) from None
+    finally:
+        api.close()
     return ids
 
 

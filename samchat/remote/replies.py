@@ -96,6 +96,7 @@ async def _unless_cancelled(step: Awaitable[T], cancel: threading.Event) -> T:
     """`step`'s result, or _Cancelled as soon as `cancel` is set (the step is cancelled, which
     closes its connection)."""
     task = asyncio.ensure_future(step)
+    task.add_done_callback(_retrieve)
     while not task.done():
         if cancel.is_set():
             task.cancel()
@@ -104,6 +105,13 @@ async def _unless_cancelled(step: Awaitable[T], cancel: threading.Event) -> T:
             raise _Cancelled
         await asyncio.wait({task}, timeout=POLL_S)
     return task.result()
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a task's exception as seen: a Ctrl-C raised inside it is handled by the caller,
+    and asyncio would otherwise print it again as "never retrieved"."""
+    if not task.cancelled():
+        task.exception()
 
 
 class _Reply:
@@ -126,7 +134,9 @@ class _Reply:
         stream: Any = None
 
         def run(step: Awaitable[T]) -> T:
-            return loop.run_until_complete(_unless_cancelled(step, self.cancel))
+            task = loop.create_task(_unless_cancelled(step, self.cancel))
+            task.add_done_callback(_retrieve)
+            return loop.run_until_complete(task)
 
         try:
             try:
@@ -157,6 +167,11 @@ class _Reply:
                 notice = f"the reply broke off ({why}); the partial reply is kept"
         finally:
             with contextlib.suppress(BaseException):
+                # Whatever a Ctrl-C left running is cancelled first, its connection dropped.
+                left = asyncio.all_tasks(loop)
+                for task in left:
+                    task.cancel()
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
                 if stream is not None:
                     loop.run_until_complete(stream.close())
                 loop.run_until_complete(api.close())

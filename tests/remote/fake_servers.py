@@ -14,7 +14,7 @@ MODEL = "stalling-model"
 
 
 class _Quiet(BaseHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -36,7 +36,6 @@ class _Html(_Quiet):
 class _Stalling(_Quiet):
     """Lists one model; a chat completion streams its first words, then waits until the
     server stops (a server stuck mid-reply)."""
-
 
     def do_GET(self) -> None:
         body = json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()

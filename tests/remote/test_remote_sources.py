@@ -118,7 +118,9 @@ def test_saving_settings_keeps_the_endpoints_the_user_wrote(tmp_path: Path) -> N
     assert load_config(path).endpoints["team"].url == "http://gpu:8000/v1"
 
 
-@pytest.mark.parametrize("command", [["serve"], ["bench", "ttft"], ["bench", "decode", "--per-category", "1"]])
+@pytest.mark.parametrize(
+    "command", [["serve"], ["bench", "ttft"], ["bench", "decode", "--per-category", "1"]]
+)
 def test_commands_that_run_a_model_here_refuse_a_remote_one(
     command: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:

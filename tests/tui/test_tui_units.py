@@ -90,6 +90,25 @@ def test_live_figures_then_final_ones() -> None:
     assert "dyn 40% static 0% tr 20%" in format_stats(final)
 
 
+def test_remote_figures_are_speed_and_first_token_only() -> None:
+    """A server's reply: no MAT, speedup or drafter shares, which would read as zeros."""
+    from samchat.tui.widgets.stats_bar import stats_content
+
+    live = LiveStats(started=10.0)
+    assert not live.remote
+    live.on_delta(1, ["remote"], 10.4)
+    live.on_delta(1, ["remote"], 10.5)
+    assert live.remote and live.ttft == pytest.approx(0.4) and live.tokens == 2
+    bar = str(stats_content(live, "streaming"))
+    assert "first token 0.40 s" in bar and "remote" in bar and "MAT" not in bar
+    final = {"tokens": 2, "seconds": 0.1, "tokens_per_s": 20.0, "ttft_s": 0.42}
+    live.on_done({**final, "method": "remote", "finish_reason": "length"})
+    assert live.remote and live.ttft == 0.42 and live.tokens_per_s == 20.0
+    line = format_stats({**final, "method": "remote", "finish_reason": "interrupted"})
+    assert line == "2 tok · 0.10 s · 20.0 tok/s · first token 0.42 s · remote · interrupted"
+    assert "interrupted" not in format_stats({**final, "method": "remote", "finish_reason": "stop"})
+
+
 def test_code_blocks() -> None:
     text = "Intro\n\n```py\na = 1\n```\n\nThen:\n\n    indented\n\nand `inline` only."
     assert code_blocks(text) == ["a = 1\n", "indented\n"]

@@ -401,7 +401,9 @@ class ChatTurns(Screen[None]):
             self.job = None
         job.live.on_done(record.stats)
         view = job.view
-        if record.notice:
+        if record.finish_reason == "interrupted":  # a server broke off: the text is kept
+            self.notify(record.notice, title="Reply interrupted", severity="warning", timeout=10)
+        elif record.notice:
             self.notify(record.notice, title="Context")
         message_id: int | None = None
         service = self.samchat.service
