@@ -18,8 +18,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--model",
         default=argparse.SUPPRESS,
-        help="model directory, GGUF file, hub id or ollama:NAME[:TAG] (default: bundled "
-        "SmolLM2-135M-Instruct); `samchat models` lists the local ones",
+        help="model directory, GGUF file, hub id, ollama:NAME[:TAG], or a model on a server: "
+        "openai:URL[#MODEL] or openai:ENDPOINT (default: bundled SmolLM2-135M-Instruct); "
+        "`samchat models` lists them",
     )
     group.add_argument(
         "--engine",

@@ -149,9 +149,11 @@ def open_model(
     progress: Callable[[str], None],
     endpoints: Mapping[str, Endpoint] | None = None,
     recent: Path | None = None,
+    cancelled: Callable[[], bool] = lambda: False,
 ) -> LoadedModel | RemoteModel:
-    """The model `spec` names: loaded here, or (an `openai:` source) found on its server.
-    endpoints: config.toml's [endpoints]; recent: the list of GGUF files loaded before."""
+    """The model `spec` names: loaded here, or (an `openai:` source) found on its server,
+    which `cancelled()` abandons at once. endpoints: config.toml's [endpoints]; recent: the
+    list of GGUF files loaded before."""
     from samchat.remote.endpoint import is_remote
 
     if is_remote(spec.source):
@@ -159,7 +161,7 @@ def open_model(
         from samchat.remote.endpoint import parse_source
 
         assert spec.source is not None
-        return connect(parse_source(spec.source, endpoints or {}), progress)
+        return connect(parse_source(spec.source, endpoints or {}), progress, cancelled)
     from samchat.models import load_model
 
     return load_model(spec, progress=progress, recent=recent)
@@ -173,6 +175,7 @@ def load_lm(
     engine: str = "auto",
     recent: Path | None = None,
     endpoints: Mapping[str, Endpoint] | None = None,
+    cancelled: Callable[[], bool] = lambda: False,
 ) -> LoadedModel | RemoteModel:
     """options: dtype / quantize / trust_remote_code, as ModelSpec takes them; engine: one of
     samchat.engines.ENGINES ("" = auto)."""
@@ -184,7 +187,7 @@ def load_lm(
         engine=engine or "auto",
         **(options or {}),
     )
-    return open_model(spec, progress, endpoints, recent)
+    return open_model(spec, progress, endpoints, recent, cancelled)
 
 
 def make_generator(

@@ -22,6 +22,7 @@ from samchat.cli_options import (
 )
 from samchat.decoding.params import DecodingConfig, Knob, KnobError, SamplingParams, knob_of
 from samchat.errors import SamchatError
+from samchat.remote import REMOTE
 
 if TYPE_CHECKING:
     from samchat.models.loader import ModelSpec
@@ -320,7 +321,7 @@ def _open_index(store: Any, lm: Any) -> Any:
 
 def _print_stats(record: Any) -> None:
     s = record.stats
-    if s.get("method") == "remote":  # the server decodes: no drafts, MAT or speedup here
+    if s.get("method") == REMOTE:  # the server decodes: no drafts, MAT or speedup here
         print(
             f"[{s['tokens']} tokens in {s['seconds']:.2f}s, {s['tokens_per_s']:.1f} tok/s, "
             f"first token after {s['ttft_s']:.2f}s, remote, {record.finish_reason}]",

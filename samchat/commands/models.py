@@ -11,6 +11,7 @@ from rich.table import Table
 from samchat.cli_options import apply_data_dir
 from samchat.commands._support import add_data_dir, out_console
 from samchat.models.catalog import list_models, recent_file
+from samchat.remote import REMOTE
 
 
 def _size(n: int | None) -> str:
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(column, overflow="fold")
     table.add_column("path", overflow="fold")
     for e in entries:
-        size = "" if e.format == "remote" else _size(e.size)
+        size = "" if e.format == REMOTE else _size(e.size)
         table.add_row(e.source or "(default)", e.origin, e.format, size, e.path)
     out_console.print(table)
     return 0

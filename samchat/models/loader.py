@@ -321,9 +321,18 @@ def _chat_tokenizer(where: _Resolved, spec: ModelSpec, say: Progress) -> Any:
     return tokenizer
 
 
+def _refuse_remote(spec: ModelSpec) -> None:
+    if is_remote(spec.source):
+        raise ModelLoadError(
+            f"{spec.source} is a model on a server; this command needs one that runs here "
+            "(the app and `samchat ask` chat with remote ones)"
+        )
+
+
 def load_tokenizer(spec: ModelSpec | None = None) -> tuple[Any, str]:
     """The tokenizer alone (fast): for indexing documents without loading weights."""
     spec = spec or ModelSpec()
+    _refuse_remote(spec)
     _quiet_transformers()
     where = _resolve_source(spec, _noop)
     tok = _load_tokenizer(where, spec)
@@ -452,11 +461,7 @@ def load_model(
     recent: the list a GGUF file the user named is added to (`catalog.recent_file`)."""
     spec = spec or ModelSpec()
     say = progress or _noop
-    if is_remote(spec.source):
-        raise ModelLoadError(
-            f"{spec.source} is a model on a server; this command needs one that runs here "
-            "(the app and `samchat ask` chat with remote ones)"
-        )
+    _refuse_remote(spec)
     _quiet_transformers()
     if choose_engine(spec) == "llamacpp":
         return _load_llamacpp(spec, say, recent)

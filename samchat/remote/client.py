@@ -4,6 +4,7 @@ model a source names, and every fault as one line that says what to do."""
 from __future__ import annotations
 
 import hashlib
+import socket
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -13,12 +14,18 @@ from typing import TYPE_CHECKING, Any
 from samchat.errors import ModelLoadError, SamchatError
 from samchat.models.catalog import ModelEntry
 from samchat.remote import REMOTE
+from samchat.remote.aio import Cancelled, PrivateLoop
 from samchat.remote.endpoint import Endpoint, RemoteSource
 
 if TYPE_CHECKING:
     import openai
 
 CONNECT_S = 10.0  # seconds to reach the server before giving up
+LIST_S = 30.0  # the most a model list may take: it is asked before anything else can happen
+
+
+def _never() -> bool:
+    return False
 
 
 class RemoteError(SamchatError):
@@ -64,13 +71,14 @@ def _timeout(endpoint: Endpoint, read_s: float | None) -> openai.Timeout:
     return openai.Timeout(read_s or endpoint.timeout_s, connect=CONNECT_S)
 
 
-def client(endpoint: Endpoint, read_s: float | None = None) -> openai.OpenAI:
-    """An `openai` client for `endpoint`: no retries (a fault is reported at once), a short
-    connect timeout and the endpoint's read timeout. The package insists on a key; a server
-    without one ignores the header."""
+def async_client(endpoint: Endpoint, read_s: float | None = None) -> openai.AsyncOpenAI:
+    """An `openai` client for `endpoint`, run on a PrivateLoop so that a cancel drops its
+    connection at once: no retries (a fault is reported at once), a short connect timeout and
+    the endpoint's read timeout. The package insists on a key; a server without one ignores
+    the header."""
     import openai
 
-    return openai.OpenAI(
+    return openai.AsyncOpenAI(
         base_url=endpoint.url,
         api_key=endpoint.key() or "none",
         max_retries=0,
@@ -78,23 +86,13 @@ def client(endpoint: Endpoint, read_s: float | None = None) -> openai.OpenAI:
     )
 
 
-def async_client(endpoint: Endpoint) -> openai.AsyncOpenAI:
-    """`client`'s asyncio twin: a reply streams through it so that a cancel drops the
-    connection at once, even while the server is silent."""
-    import openai
-
-    return openai.AsyncOpenAI(
-        base_url=endpoint.url,
-        api_key=endpoint.key() or "none",
-        max_retries=0,
-        timeout=_timeout(endpoint, None),
-    )
-
-
-def _cause(exc: BaseException) -> BaseException:
-    while exc.__cause__ is not None:
-        exc = exc.__cause__
-    return exc
+def _chain(exc: BaseException) -> list[BaseException]:
+    """`exc` and what caused it, explicitly or not, outermost first (the client wraps the
+    socket's error two or three times)."""
+    out = [exc]
+    while (nxt := out[-1].__cause__ or out[-1].__context__) is not None and len(out) < 12:
+        out.append(nxt)
+    return out
 
 
 def _first_line(text: object) -> str:
@@ -107,18 +105,15 @@ def explain(exc: BaseException, endpoint: Endpoint, model: str | None = None) ->
     import openai
 
     where = endpoint.label
-    root = _cause(exc)
-    if isinstance(exc, openai.APITimeoutError):
+    chain = _chain(exc)
+    root = chain[-1]
+    if isinstance(exc, openai.APITimeoutError) or any(isinstance(e, TimeoutError) for e in chain):
         return (
             f"{where} did not answer within {endpoint.timeout_s:g} s; check the server, or raise "
             "timeout in its [endpoints] entry of config.toml"
         )
     if isinstance(exc, openai.AuthenticationError):
-        variable = endpoint.api_key_env or "SAMCHAT_API_KEY"
-        return (
-            f"{where} refused the API key (401); put the right one in ${variable} (or the "
-            "endpoint's api_key_env in config.toml)"
-        )
+        return f"{where} refused the API key (401); {endpoint.key_hint()}"
     if isinstance(exc, openai.PermissionDeniedError):
         return f"{where} denied access (403): {_detail(exc)}; check the key's permissions"
     if isinstance(exc, openai.NotFoundError):
@@ -128,27 +123,23 @@ def explain(exc: BaseException, endpoint: Endpoint, model: str | None = None) ->
     if isinstance(exc, openai.APIStatusError):
         return f"{where} answered {exc.status_code}: {_detail(exc)}"
     if isinstance(exc, openai.APIResponseValidationError) or _not_json(root):
-        return _not_openai(endpoint)
-    if (
-        isinstance(root, ssl.SSLError)
-        or "ssl" in type(root).__name__.lower()
-        or ("certificate" in str(root).lower() or "ssl" in str(root).lower())
-    ):
+        return not_openai(endpoint)
+    tls = next((e for e in chain if isinstance(e, ssl.SSLError)), None)
+    if tls is not None or any("certificate" in str(e).lower() for e in chain):
         return (
-            f"TLS failed with {where}: {_first_line(root)}; use http:// for a server without "
-            "TLS, or install the server's certificate"
+            f"TLS failed with {where}: {_first_line(tls or root)}; use http:// for a server "
+            "without TLS, or install the server's certificate"
         )
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return f"{where} refused the connection; is the server running on {endpoint.host}?"
+    if any(isinstance(e, socket.gaierror) for e in chain):
+        return f"cannot find the host {endpoint.host} (DNS); check the URL"
     if isinstance(exc, openai.APIConnectionError):
-        text = str(root).lower()
-        if "refused" in text:
-            return f"{where} refused the connection; is the server running on {endpoint.host}?"
-        if "name or service" in text or "nodename" in text or "resolve" in text:
-            return f"cannot find the host {endpoint.host} (DNS); check the URL"
         return f"cannot reach {where}: {_first_line(root) or type(root).__name__}"
     return f"{where}: {type(root).__name__}: {_first_line(root)}"
 
 
-def _not_openai(endpoint: Endpoint) -> str:
+def not_openai(endpoint: Endpoint) -> str:
     return (
         f"{endpoint.label} did not answer as an OpenAI-compatible server does; check the URL "
         "(the API root, such as http://host:8000/v1)"
@@ -168,32 +159,39 @@ def _not_json(exc: BaseException) -> bool:
     return isinstance(exc, ValueError) and "json" in type(exc).__name__.lower() + str(exc).lower()
 
 
-def list_models(endpoint: Endpoint) -> list[str]:
-    """The ids of the models `endpoint` serves (its /models). RemoteError with one line."""
-    api = client(endpoint, read_s=min(endpoint.timeout_s, 30.0))
-    try:
-        raw = api.models.with_raw_response.list()
-        if "json" not in raw.headers.get("content-type", ""):
-            raise RemoteError(_not_openai(endpoint))
-        ids = [str(m.id) for m in raw.parse().data]
-    except SamchatError:
-        raise
-    except (AttributeError, TypeError, KeyError, ValueError):  # JSON, but not a model list
-        raise RemoteError(_not_openai(endpoint)) from None
-    except Exception as exc:
-        raise RemoteError(explain(exc, endpoint)) from None
-    finally:
-        api.close()
-    return ids
+def list_models(endpoint: Endpoint, cancelled: Callable[[], bool] = _never) -> list[str]:
+    """The ids of the models `endpoint` serves (its /models), asked with a read timeout of at
+    most LIST_S. RemoteError with one line; also when `cancelled()` turns true meanwhile."""
+    with PrivateLoop() as aio:
+        try:
+            api = async_client(endpoint, read_s=min(endpoint.timeout_s, LIST_S))
+            aio.closing(api.close)
+            raw = aio.run(api.models.with_raw_response.list(), cancelled)
+            if "json" not in raw.headers.get("content-type", ""):
+                raise RemoteError(not_openai(endpoint))
+            page = raw.parse()
+            return [str(m.id) for m in page.data]
+        except SamchatError:
+            raise
+        except Cancelled:
+            raise RemoteError(f"stopped asking {endpoint.label} for its models") from None
+        except (AttributeError, TypeError, KeyError, ValueError):  # JSON, but no model list
+            raise RemoteError(not_openai(endpoint)) from None
+        except Exception as exc:
+            raise RemoteError(explain(exc, endpoint)) from None
 
 
-def connect(source: RemoteSource, progress: Callable[[str], None]) -> RemoteModel:
+def connect(
+    source: RemoteSource,
+    progress: Callable[[str], None],
+    cancelled: Callable[[], bool] = _never,
+) -> RemoteModel:
     """The model `source` names, checked against the server's list; without a name, the
     server's only model (or its first, said so). A fault is a one-line ModelLoadError."""
     endpoint = source.endpoint
     progress(f"asking {endpoint.label} for its models")
     try:
-        ids = list_models(endpoint)
+        ids = list_models(endpoint, cancelled)
     except SamchatError as exc:
         raise ModelLoadError(str(exc)) from None
     if not ids:
@@ -208,14 +206,16 @@ def connect(source: RemoteSource, progress: Callable[[str], None]) -> RemoteMode
     return RemoteModel(endpoint, source.model)
 
 
-def endpoint_models(endpoints: Mapping[str, Endpoint]) -> tuple[list[ModelEntry], list[str]]:
+def endpoint_models(
+    endpoints: Mapping[str, Endpoint], cancelled: Callable[[], bool] = _never
+) -> tuple[list[ModelEntry], list[str]]:
     """The models of every configured endpoint, as `samchat models` and the model screen list
     them (source `openai:NAME#MODEL`), and one line for each endpoint that did not answer."""
     entries: list[ModelEntry] = []
     problems: list[str] = []
     for name, endpoint in endpoints.items():
         try:
-            ids = list_models(endpoint)
+            ids = list_models(endpoint, cancelled)
         except SamchatError as exc:
             problems.append(str(exc))
             continue

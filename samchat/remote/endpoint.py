@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,7 +29,7 @@ class Endpoint:
 
     url: str
     name: str = ""
-    api_key: str = ""  # in config.toml itself (api_key_env is the better place)
+    api_key: str = field(default="", repr=False)  # in config.toml itself (api_key_env is better)
     api_key_env: str = ""  # the environment variable that holds the key
     timeout_s: float = TIMEOUT_S
     context: int = CONTEXT
@@ -43,8 +43,9 @@ class Endpoint:
         return urlsplit(self.url).netloc or self.url
 
     def key(self) -> str:
-        """The key to send ("" for none): the config's, else its variable's, else
-        $SAMCHAT_API_KEY. A variable the config names but the environment lacks is an error."""
+        """The key to send ("" for none): the entry's, else its variable's; a bare URL (no
+        entry) gets $SAMCHAT_API_KEY's. A variable the entry names but the environment lacks is
+        an error."""
         if self.api_key:
             return self.api_key
         if self.api_key_env:
@@ -55,7 +56,17 @@ class Endpoint:
                     "is not set; export it, or remove api_key_env from config.toml"
                 )
             return value
-        return os.environ.get(KEY_ENV, "")
+        return "" if self.name else os.environ.get(KEY_ENV, "")
+
+    def key_hint(self) -> str:
+        """Where this endpoint's key comes from, as advice after a refused one."""
+        if self.api_key:
+            return f"fix api_key in config.toml's [endpoints.{self.name}]"
+        if self.api_key_env:
+            return f"put the right one in ${self.api_key_env}"
+        if self.name:
+            return f"set api_key_env in config.toml's [endpoints.{self.name}]"
+        return f"put the right one in ${KEY_ENV}, or declare the server in config.toml"
 
 
 @dataclass(frozen=True)
@@ -82,6 +93,10 @@ def _check_url(url: str, where: str) -> str:
         raise EndpointError(
             f"{where}: {url!r} is not an http(s) URL; give the server's API root, such as "
             "http://host:8000/v1"
+        )
+    if "@" in parts.netloc:  # it would show in the status bar, errors and the saved setting
+        raise EndpointError(
+            f"{where}: a URL with credentials in it; put the key in the endpoint's api_key_env"
         )
     return url.rstrip("/")
 

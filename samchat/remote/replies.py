@@ -4,26 +4,32 @@ so there are no drafter shares, MAT or speedup here, and the method is "remote".
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import threading
 import time
-from collections.abc import Awaitable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from samchat.decoding.events import Event, ReplyDone, ReplyStats, TextDelta
 from samchat.decoding.params import SamplingParams, from_mapping
+from samchat.errors import SamchatError
 from samchat.remote import REMOTE
-from samchat.remote.client import RemoteError, RemoteModel, async_client, explain
+from samchat.remote.aio import Cancelled, PrivateLoop
+from samchat.remote.client import RemoteError, RemoteModel, async_client, explain, not_openai
 
 if TYPE_CHECKING:
     from samchat.corpus.retrieval import Fitted, Source
 
 # finish reasons as samchat names them ("interrupted": the server broke off the stream)
-FINISH = {"stop": "stop", "length": "length", "content_filter": "stop"}
-POLL_S = 0.05  # how often a waiting read looks at the cancel flag
-T = TypeVar("T")
+FINISH = {"stop": "stop", "length": "length"}  # others ("content_filter"...) as the server says
 CHARS_PER_TOKEN = 3  # fewer than most tokenizers average: fitting documents errs on the short side
+
+
+MAX_STOP = 4  # stop strings the OpenAI API takes
+
+
+def _count(text: str) -> int:
+    """Tokens, estimated high from characters (the server's tokenizer is not here)."""
+    return len(text) // CHARS_PER_TOKEN + 1
 
 
 class RemoteGenerator:
@@ -49,19 +55,45 @@ class RemoteGenerator:
 
         params = from_mapping(SamplingParams, sampling)
 
-        def count(text: str) -> int:
-            return len(text) // CHARS_PER_TOKEN + 1
-
         def prompt_tokens(content: str) -> int:
-            return sum(count(m["content"]) + 8 for m in [*history, {"content": content}])
+            return sum(_count(m["content"]) + 8 for m in [*history, {"content": content}])
 
         return fit(
             question,
             sources,
             prompt_tokens=prompt_tokens,
-            count=count,
+            count=_count,
             limit=self.lm.context_limit - params.max_new_tokens,
         )
+
+    def _fit(
+        self, messages: list[dict[str, str]], max_new_tokens: int
+    ) -> tuple[list[dict[str, str]], str]:
+        """The messages without the oldest non-system turns that the endpoint's context cannot
+        hold beside the reply (counted as fit_sources counts), and the notice a local session
+        gives for the same."""
+        msgs = list(messages)
+        room = self.lm.context_limit - max_new_tokens
+
+        def size() -> int:
+            return sum(_count(m.get("content", "")) + 8 for m in msgs)
+
+        dropped = 0
+        while size() > room:
+            idx = next((i for i, m in enumerate(msgs[:-1]) if m.get("role") != "system"), None)
+            if idx is None:
+                raise RemoteError(
+                    f"the message is too long for {self.lm.endpoint.label}'s context (about "
+                    f"{size()} tokens, limit {self.lm.context_limit} incl. {max_new_tokens} for "
+                    "the reply); shorten it, or set context in the endpoint's entry"
+                )
+            del msgs[idx]
+            dropped += 1
+            while idx < len(msgs) - 1 and msgs[idx].get("role") == "assistant":
+                del msgs[idx]  # a conversation does not start with an assistant turn
+                dropped += 1
+        notice = f"dropped the {dropped} oldest message(s) to fit the model's context"
+        return msgs, notice if dropped else ""
 
     def generate(
         self, messages: list[dict[str, str]], sampling: dict[str, Any], cancel: threading.Event
@@ -70,9 +102,15 @@ class RemoteGenerator:
         silent. A stream the server breaks off keeps its text (finish reason "interrupted",
         with a notice)."""
         params = from_mapping(SamplingParams, sampling)
+        if len(params.stop) > MAX_STOP:
+            raise RemoteError(
+                f"the OpenAI API takes at most {MAX_STOP} stop strings and {len(params.stop)} "
+                "are set; give fewer"
+            )
+        sent, dropped = self._fit(messages, params.max_new_tokens)
         request: dict[str, Any] = {
             "model": self.lm.model_id,
-            "messages": messages,
+            "messages": sent,
             "stream": True,
             "stream_options": {"include_usage": True},  # the server's own token count
             "max_tokens": params.max_new_tokens,
@@ -82,40 +120,18 @@ class RemoteGenerator:
         if params.seed is not None:
             request["seed"] = params.seed
         if params.stop:
-            request["stop"] = list(params.stop)[:4]  # the API takes at most four
+            request["stop"] = list(params.stop)
         if params.top_k:
             request["extra_body"] = {"top_k": params.top_k}  # llama.cpp, vLLM, samchat serve
-        yield from _Reply(self.lm, request, cancel).events()
-
-
-class _Cancelled(Exception):
-    pass
-
-
-async def _unless_cancelled(step: Awaitable[T], cancel: threading.Event) -> T:
-    """`step`'s result, or _Cancelled as soon as `cancel` is set (the step is cancelled, which
-    closes its connection)."""
-    task = asyncio.ensure_future(step)
-    task.add_done_callback(_retrieve)
-    while not task.done():
-        if cancel.is_set():
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-            raise _Cancelled
-        await asyncio.wait({task}, timeout=POLL_S)
-    return task.result()
-
-
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    """Mark a task's exception as seen: a Ctrl-C raised inside it is handled by the caller,
-    and asyncio would otherwise print it again as "never retrieved"."""
-    if not task.cancelled():
-        task.exception()
+        for event in _Reply(self.lm, request, cancel).events():
+            if isinstance(event, ReplyDone) and dropped:
+                notice = f"{dropped}; {event.notice}" if event.notice else dropped
+                event = ReplyDone(event.text, event.finish_reason, event.stats, notice)
+            yield event
 
 
 class _Reply:
-    """One streamed reply, on an event loop of its own in the caller's thread: the front ends
+    """One streamed reply, on a private event loop in the caller's thread: the front ends
     iterate replies synchronously (the TUI in a worker thread), and only asyncio can drop a
     connection whose read is blocked."""
 
@@ -124,27 +140,26 @@ class _Reply:
         self.request = request
         self.cancel = cancel
 
+    def _fault(self, exc: BaseException) -> str:
+        return explain(exc, self.lm.endpoint, self.lm.model_id)
+
     def events(self) -> Iterator[Event]:
-        loop = asyncio.new_event_loop()
-        api = async_client(self.lm.endpoint)
         started = time.perf_counter()
         parts: list[str] = []
         chunks, first_at = 0, 0.0
         finish, notice, usage = "", "", None
-        stream: Any = None
-
-        def run(step: Awaitable[T]) -> T:
-            task = loop.create_task(_unless_cancelled(step, self.cancel))
-            task.add_done_callback(_retrieve)
-            return loop.run_until_complete(task)
-
-        try:
+        with PrivateLoop() as aio:
             try:
-                stream = run(api.chat.completions.create(**self.request))
+                api = async_client(self.lm.endpoint)
+                aio.closing(api.close)
+                stream = aio.run(api.chat.completions.create(**self.request), self.cancel.is_set)
+                aio.closing(stream.close)
+                if "event-stream" not in stream.response.headers.get("content-type", ""):
+                    raise RemoteError(not_openai(self.lm.endpoint))
                 chunk_iter = stream.__aiter__()
                 while True:
                     try:
-                        chunk = run(chunk_iter.__anext__())
+                        chunk = aio.run(chunk_iter.__anext__(), self.cancel.is_set)
                     except StopAsyncIteration:
                         break
                     usage = getattr(chunk, "usage", None) or usage
@@ -157,27 +172,19 @@ class _Reply:
                             yield TextDelta(text, [], [REMOTE], ((text, REMOTE),))
                         if choice.finish_reason:
                             finish = FINISH.get(choice.finish_reason, choice.finish_reason)
-            except _Cancelled:
+            except Cancelled:
                 finish = "cancelled"
+            except SamchatError:
+                raise
             except Exception as exc:
-                why = explain(exc, self.lm.endpoint, self.lm.model_id)
                 if not parts:
-                    raise RemoteError(why) from None
-                finish = "interrupted"
-                notice = f"the reply broke off ({why}); the partial reply is kept"
-        finally:
-            with contextlib.suppress(BaseException):
-                # Whatever a Ctrl-C left running is cancelled first, its connection dropped.
-                left = asyncio.all_tasks(loop)
-                for task in left:
-                    task.cancel()
-                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-                if stream is not None:
-                    loop.run_until_complete(stream.close())
-                loop.run_until_complete(api.close())
-                loop.run_until_complete(loop.shutdown_default_executor())  # its DNS thread
-            loop.close()
+                    raise RemoteError(self._fault(exc)) from None
+                if not finish:  # a drop after the last words and the finish reason loses nothing
+                    finish = "interrupted"
+                    notice = f"the reply broke off ({self._fault(exc)}); the partial reply is kept"
         if not finish:
+            if not parts:  # events, but none an OpenAI server sends
+                raise RemoteError(not_openai(self.lm.endpoint))
             finish = "interrupted"
             notice = "the server ended the stream without a finish reason; it may be cut short"
         stats = _stats(started, chunks, first_at, usage)

@@ -14,6 +14,7 @@ from textual.app import App, SystemCommand
 from textual.binding import BindingType
 from textual.screen import Screen
 from textual.theme import Theme
+from textual.worker import get_current_worker
 
 from samchat.chat import backend
 from samchat.chat.config import Config, ConfigError, load_config, save_config
@@ -235,6 +236,7 @@ class SamchatApp(App[None]):
                 engine,
                 self.recent_models,
                 self.cfg.endpoints,
+                cancelled=lambda: get_current_worker().is_cancelled,  # the app is closing
             )
         except SamchatError as exc:
             self.post_message(ModelFailed(str(exc)))

@@ -1,5 +1,7 @@
 """Servers on real sockets that misbehave as remote servers do: one that never answers, one
-that is not an OpenAI server at all, and one that streams a word and then stalls."""
+that is not an OpenAI server at all, one that streams a word and then stalls, and one whose
+model list is fine but whose chat replies are scripted (HTML, plain JSON, 403, or a short
+stream that records what it was sent)."""
 
 from __future__ import annotations
 
@@ -63,9 +65,50 @@ class _Stalling(_Quiet):
         self.server.server_stop.wait(60)  # type: ignore[attr-defined]
 
 
+class _Scripted(_Stalling):
+    """The model list of _Stalling; a chat completion answers as `server.mode` says."""
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        self.server.requests.append(body)  # type: ignore[attr-defined]
+        mode = self.server.mode  # type: ignore[attr-defined]
+        if mode == "sse":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for delta, finish in (({"content": "ok"}, None), ({}, "stop")):
+                chunk = {
+                    "id": "c2",
+                    "object": "chat.completion.chunk",
+                    "created": 0,
+                    "model": MODEL,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                }
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
+            return
+        status, kind, text = {
+            "html": (200, "text/html", "<html><body>Sign in to continue</body></html>"),
+            "json": (200, "application/json", json.dumps({"id": "x", "choices": []})),
+            "forbidden": (
+                403,
+                "application/json",
+                json.dumps({"error": {"message": "this key may not use the model"}}),
+            ),
+        }[mode]
+        data = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
 @contextmanager
-def _serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+def _serving(handler: type[BaseHTTPRequestHandler], **state: object) -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    for name, value in state.items():
+        setattr(server, name, value)
     server.daemon_threads = True
     server.server_stop = threading.Event()  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -90,6 +133,15 @@ def html_server() -> Iterator[str]:
 def stalling_server() -> Iterator[str]:
     """host:port of an OpenAI-like server that stalls after its first words."""
     with _serving(_Stalling) as where:
+        yield where
+
+
+@contextmanager
+def scripted_server(mode: str, requests: list[dict[str, object]]) -> Iterator[str]:
+    """host:port of a server with one model whose chat replies are `mode`: "html", "json"
+    (not streamed), "forbidden" (403) or "sse" (a two-chunk stream); each request's JSON body
+    is appended to `requests`."""
+    with _serving(_Scripted, mode=mode, requests=requests) as where:
         yield where
 
 

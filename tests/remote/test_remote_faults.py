@@ -20,7 +20,7 @@ from samchat.chat.backend import ChatData
 from samchat.chat.service import ChatService, ReplyRecord, stream_reply
 from samchat.cli import main
 from samchat.decoding.events import ReplyDone, TextDelta
-from samchat.remote.client import RemoteModel, connect
+from samchat.remote.client import RemoteError, RemoteModel, connect
 from samchat.remote.endpoint import Endpoint, parse_source
 from samchat.remote.replies import RemoteGenerator
 from samchat.store import Store
@@ -29,6 +29,7 @@ from tests.remote.fake_servers import (
     MODEL,
     closed_port,
     html_server,
+    scripted_server,
     silent_port,
     stalling_server,
 )
@@ -204,3 +205,51 @@ def test_a_server_killed_mid_stream_leaves_the_partial_reply_kept_and_marked(
             assert stored.stats["notice"] == record.notice
     finally:
         server.kill()
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("html", "did not answer as an OpenAI-compatible server does; check the URL"),
+        ("json", "did not answer as an OpenAI-compatible server does; check the URL"),
+        ("forbidden", "denied access (403): this key may not use the model; check the key"),
+    ],
+)
+def test_a_chat_reply_that_is_not_a_stream_is_one_line(
+    mode: str, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The model list is fine; the reply is a login page, a plain JSON body, or a 403. The
+    question stays saved without a reply, as when a local model fails mid-reply."""
+    with scripted_server(mode, []) as where:
+        line = one_line_error(capsys, "--model", f"openai:http://{where}/v1", "ask", "hi")
+    assert expected in line
+    with Store.open(data_db()) as store:
+        [chat] = store.chats()
+        assert [(m.role, m.content) for m in store.thread(chat.id)] == [("user", "hi")]
+
+
+def test_a_long_chat_drops_its_oldest_turns_and_says_so() -> None:
+    requests: list[dict[str, Any]] = []
+    with scripted_server("sse", requests) as where:
+        lm = RemoteModel(Endpoint(f"http://{where}/v1", context=300), MODEL)
+        history = [{"role": "system", "content": "Be brief."}]
+        for i in range(6):  # about 6 x 2 x 40 estimated tokens: more than 300 - 64
+            history += [
+                {"role": "user", "content": f"question {i} " + "words " * 20},
+                {"role": "assistant", "content": f"answer {i} " + "words " * 20},
+            ]
+        history.append({"role": "user", "content": "the last question"})
+        sampling = {"max_new_tokens": 64, "stop": ("a", "b")}
+        *_, done = RemoteGenerator(lm).generate(history, sampling, threading.Event())
+        assert isinstance(done, ReplyDone) and (done.text, done.finish_reason) == ("ok", "stop")
+        assert done.notice.startswith("dropped the ") and "oldest message(s)" in done.notice
+        (sent,) = requests
+        kept = sent["messages"]
+        assert kept[0] == history[0] and kept[-1] == history[-1]  # the system prompt stays
+        assert kept[1]["role"] == "user" and len(kept) < len(history)
+        assert sent["stop"] == ["a", "b"] and sent["max_tokens"] == 64
+        with pytest.raises(RemoteError, match="at most 4 stop strings and 5 are set"):
+            list(RemoteGenerator(lm).generate(history, {"stop": tuple("abcde")}, threading.Event()))
+        alone = [{"role": "user", "content": "x " * 2000}]
+        with pytest.raises(RemoteError, match=r"too long for .* context"):
+            list(RemoteGenerator(lm).generate(alone, {}, threading.Event()))

@@ -32,6 +32,7 @@ def test_a_url_a_name_and_a_model_after_the_hash() -> None:
     named = parse_source("openai:team#Qwen/Qwen3-8B", known)
     assert named.endpoint is team and named.model == "Qwen/Qwen3-8B"
     assert named.text == "openai:team#Qwen/Qwen3-8B"
+    assert "sk-" not in repr(Endpoint("http://h/v1", name="t", api_key="sk-secret"))
     # A URL that an endpoint declares gets its settings (the key's variable among them).
     assert parse_source("openai:http://gpu-box:8000/v1#m", known).endpoint is team
     assert is_remote("openai:team") and not is_remote("ollama:llama3") and not is_remote(None)
@@ -44,6 +45,7 @@ def test_a_url_a_name_and_a_model_after_the_hash() -> None:
         ("openai:", "nothing is neither a URL"),
         ("openai:ftp://host/v1", "is not an http(s) URL"),
         ("openai:http://#model", "is not an http(s) URL"),
+        ("openai:http://me:secret@gpu:8000/v1", "a URL with credentials in it"),
     ],
 )
 def test_a_bad_source_is_one_line(source: str, problem: str) -> None:
@@ -59,6 +61,8 @@ def test_the_key_comes_from_config_its_variable_or_samchat_api_key(
     assert Endpoint("http://h/v1").key() == ""
     monkeypatch.setenv(KEY_ENV, "from-env")
     assert Endpoint("http://h/v1").key() == "from-env"
+    # A configured endpoint gets only the key it names: $SAMCHAT_API_KEY is not sent to it.
+    assert Endpoint("http://ollama:11434/v1", name="desktop").key() == ""
     assert Endpoint("http://h/v1", api_key="in-file").key() == "in-file"
     monkeypatch.setenv("TEAM_KEY", "team-secret")
     assert Endpoint("http://h/v1", name="team", api_key_env="TEAM_KEY").key() == "team-secret"

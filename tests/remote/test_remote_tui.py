@@ -5,6 +5,8 @@ keeps it, ctrl+r regenerates; a slow server never blocks the UI."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -133,3 +135,25 @@ async def _slow(tmp_path: Path, port: int) -> None:
 def test_a_silent_server_never_freezes_the_tui(tmp_path: Path) -> None:
     with silent_port() as port:
         asyncio.run(_slow(tmp_path, port))
+
+
+async def _quit_while_loading(tmp_path: Path, port: int) -> None:
+    config = write_config(f'[endpoints.slow]\nurl = "http://127.0.0.1:{port}/v1"\ntimeout = 60\n')
+    app = make_app(tmp_path, config, model_source="openai:slow")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: app.model_state == "loading")
+        await pilot.pause(0.3)  # the worker is now waiting on the silent server
+        await pilot.press("ctrl+q")
+
+
+def test_quitting_while_a_silent_server_is_asked_does_not_wait_for_it(tmp_path: Path) -> None:
+    """The model list is asked on a private event loop that the worker abandons when the app
+    closes: neither the app nor the process waits out the 60 s read timeout."""
+    before = set(threading.enumerate())
+    with silent_port() as port:
+        started = time.monotonic()
+        asyncio.run(_quit_while_loading(tmp_path, port))
+        for thread in set(threading.enumerate()) - before:
+            thread.join(timeout=10)
+            assert not thread.is_alive(), f"{thread.name} still waits on the server"
+        assert time.monotonic() - started < 15  # the app's own start and stop take a few

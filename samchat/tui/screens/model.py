@@ -154,9 +154,13 @@ class ModelScreen(ModalScreen[tuple[str, str, str] | None]):
 
 
 def _endpoint_models(endpoints: Mapping[str, Endpoint]) -> tuple[list[ModelEntry], list[str]]:
+    """In a thread worker: abandoned at once when the screen closes."""
+    from textual.worker import get_current_worker
+
     from samchat.remote.client import endpoint_models
 
-    return endpoint_models(endpoints)
+    worker = get_current_worker()
+    return endpoint_models(endpoints, lambda: worker.is_cancelled)
 
 
 def _label(entry: ModelEntry) -> str:

@@ -9,6 +9,7 @@ from textual.widgets import Sparkline, Static
 
 from samchat.chat.live_stats import DRAFTERS, LiveStats
 from samchat.chat.record import TRACE_POINTS
+from samchat.remote import REMOTE
 from samchat.tui.widgets.message_view import PROVENANCE_STYLES
 
 SPARK_POINTS = TRACE_POINTS  # the live sparkline shows what a stored reply keeps
@@ -21,7 +22,7 @@ def stats_content(stats: LiveStats, status: str) -> Content:
             " tok/s · first token ",
             (f"{stats.ttft:.2f} s", "bold"),
             " · ",
-            ("remote", "bold"),
+            (REMOTE, "bold"),
             f" · {stats.tokens} tok · {status}",
         )
     shares = stats.shares()
