@@ -196,6 +196,7 @@ def make_generator(
     indexer: Any = None,
     cost_curve: Any = None,
     cache_dir: Path | None = None,
+    measure_first: bool = True,
 ) -> Generator | RemoteGenerator:
     """What replies come from: a decoding session here, or the model's server."""
     from samchat.remote.client import RemoteModel
@@ -204,7 +205,7 @@ def make_generator(
         from samchat.remote.replies import RemoteGenerator
 
         return RemoteGenerator(lm)
-    return Generator(lm, decoding, indexer, cost_curve, cache_dir)
+    return Generator(lm, decoding, indexer, cost_curve, cache_dir, measure_first)
 
 
 class Generator:
@@ -222,12 +223,16 @@ class Generator:
         indexer: Any = None,
         cost_curve: Any = None,
         cache_dir: Path | None = None,
+        measure_first: bool = True,
     ) -> None:
+        """measure_first=False: a machine whose costs are not measured yet gets plain replies
+        at once, and the front end calls measure_cost_curve() when a reply is done."""
         self.lm = lm
         self.decoding = dict(decoding)
         self.indexer = indexer
         self.cost_curve = cost_curve  # None: the session measures (and caches) it
         self.cache_dir = cache_dir  # measured costs and Token Recycling's table live here
+        self.measure_first = measure_first
         self._session: Any = None
         self._session_has_index = False
 
@@ -243,7 +248,12 @@ class Generator:
             config = DecodingConfig(**self.decoding)
             config.validate()
             self._session = ChatSession(
-                self.lm, config, index, cost_curve=self.cost_curve, cache_dir=self.cache_dir
+                self.lm,
+                config,
+                index,
+                cost_curve=self.cost_curve,
+                cache_dir=self.cache_dir,
+                measure_first=self.measure_first,
             )
             self._session_has_index = index is not None
         elif index is not None and not self._session_has_index:
@@ -253,13 +263,19 @@ class Generator:
         return self._session
 
     def prepare(self) -> None:
-        """Build the session and its verification-cost curve now (slow the first time on a
-        device), so the first reply does not pay for it."""
+        """Build the session now, and (measure_first) its verification-cost curve: slow the
+        first time on a machine, so that the first reply does not pay for it."""
         session = self.session()
-        if self.decoding.get("method") != "plain":
-            measure = getattr(session, "_curve_for_device", None)  # no public hook yet
-            if measure is not None:
-                measure()
+        if self.measure_first and self.decoding.get("method") != "plain":
+            session.measure_cost_curve()
+
+    def curve_missing(self) -> bool:
+        """A reply ran plainly because this machine's costs are not measured yet."""
+        return self._session is not None and bool(self._session.curve_missing)
+
+    def measure_cost_curve(self) -> None:
+        """Time this machine once (about a minute on a small CPU), so that replies draft."""
+        self.session().measure_cost_curve()
 
     def fit_sources(
         self,

@@ -189,7 +189,9 @@ def run(args: argparse.Namespace) -> int:
         index = _open_index(store, lm) if lm.tokenizer is not None else None
         try:
             view = FixedIndex(index.index) if index is not None else None
-            generator = make_generator(lm, settings.decoding, view, cache_dir=paths.cache_dir())
+            generator = make_generator(
+                lm, settings.decoding, view, cache_dir=paths.cache_dir(), measure_first=False
+            )
             # As many sources as the context holds beside the chat so far.
             fitted = generator.fit_sources(history, question, sources, settings.sampling)
             for notice in fitted.notices:
@@ -226,7 +228,19 @@ def run(args: argparse.Namespace) -> int:
             print(f"[saved as chat {reply.chat_id}]", file=sys.stderr)
     if args.stats:
         _print_stats(record)
+    if generator.curve_missing():
+        _time_machine(generator)
     return 0
+
+
+def _time_machine(generator: Any) -> None:
+    """After the first answer with a model, time this machine once so that later replies
+    draft; the answer is already out and saved, so Ctrl-C only skips it."""
+    _note("timing drafts on this CPU once, so that later replies draft (Ctrl-C skips)")
+    try:
+        generator.measure_cost_curve()
+    except KeyboardInterrupt:
+        _note("skipped; the next reply times it")
 
 
 def _stream(args: argparse.Namespace, generator: Any, reply: Any, sampling: dict[str, Any]) -> Any:

@@ -326,18 +326,12 @@ class CostTracker:
         return True
 
 
-def load_or_measure(
-    measure: Callable[[], CostCurve],
-    cache_file: Path | None,
-    progress: Any = None,
-    about: dict[str, str] | None = None,
-) -> CostCurve:
-    """The curve cached in cache_file, measured once if missing or unreadable (every time
-    without a file). `about` (what was measured: model, dtype, CPU...) is saved with it for
-    `samchat doctor`."""
+def load_cached(cache_file: Path | None) -> CostCurve | None:
+    """The curve cached in cache_file; None if there is none, or it is unreadable or
+    degenerate (to be measured again)."""
     try:
         if cache_file is None:
-            raise FileNotFoundError("no cache file")
+            return None
         data = json.loads(cache_file.read_text())
         # "exact": measured in the withdrawn exact mode (padded attention), not these costs.
         if data.get("version") == CURVE_VERSION and not data.get("exact"):
@@ -353,7 +347,22 @@ def load_or_measure(
             if min(curve.ys) > 0 and curve.rel(4) <= _PLAUSIBLE_REL4:
                 return curve
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, ArithmeticError):
-        pass  # unreadable or degenerate: measure again
+        pass
+    return None
+
+
+def load_or_measure(
+    measure: Callable[[], CostCurve],
+    cache_file: Path | None,
+    progress: Any = None,
+    about: dict[str, str] | None = None,
+) -> CostCurve:
+    """The curve cached in cache_file, measured once if missing or unreadable (every time
+    without a file). `about` (what was measured: model, dtype, CPU...) is saved with it for
+    `samchat doctor`."""
+    cached = load_cached(cache_file)
+    if cached is not None:
+        return cached
     message = "measuring this machine's verification cost (once per model)…"
     if progress is not None:
         progress(message)

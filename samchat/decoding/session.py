@@ -61,9 +61,12 @@ class ChatSession:
         static_index: Any = None,
         cost_curve: CostCurve | None = None,
         cache_dir: Path | None = None,
+        measure_first: bool = True,
     ) -> None:
         """cache_dir: where what is measured on this machine (cost curves and kernels, the
-        Token Recycling table) is kept across sessions; None keeps it in this process only."""
+        Token Recycling table) is kept across sessions; None keeps it in this process only.
+        measure_first=False: while this machine's cost curve is unknown, replies decode plainly
+        (no drafts, nothing measured) until the front end calls measure_cost_curve()."""
         self.lm = lm
         self.cache_dir = cache_dir
         self.config = config or DecodingConfig()
@@ -82,6 +85,8 @@ class ChatSession:
                 log.info("%s: %s", getattr(lm, "name", "model"), reason)
         self._acceptance = AcceptanceModel()
         self._curve = cost_curve
+        self.measure_first = measure_first
+        self.curve_missing = False  # a reply ran plainly because the curve is not measured yet
         self._tracker: CostTracker | None = None
         self._since_plain = 0  # steps since the last plain one
         self._told_inexact = False
@@ -218,6 +223,22 @@ class ChatSession:
             self._curve = self._engine.cost_curve()
         return self._curve
 
+    def _known_curve(self) -> CostCurve | None:
+        """The cost curve, measured first unless measure_first is off (then None while it is
+        not known: that reply runs plainly)."""
+        if self._curve is None and not self.measure_first:
+            self._curve = self._engine.cached_cost_curve()
+            self.curve_missing = self._curve is None
+            return self._curve
+        return self._curve_for_device()
+
+    def measure_cost_curve(self) -> None:
+        """Measure this machine's verification costs now (once per model and machine, then
+        cached): what sizes drafts. Call it when nothing else runs, since it times the CPU."""
+        self._curve_for_device()
+        self._engine.fit()
+        self.curve_missing = False
+
     def _calibrate(self, pending: int) -> float:
         """Time one single-token forward (then drop its row): the plain-decoding step cost."""
         t0 = time.perf_counter()
@@ -329,7 +350,7 @@ class ChatSession:
     ) -> tuple[Reply, _Drafting | None]:
         """Fit and prefill the prompt, start the drafters."""
         t_start = time.perf_counter()
-        self._engine.fit()
+        self._engine.fit(measure=self.measure_first)
         prompt, notice = self._fit(messages, params)
         inexact = self._engine.inexact_reason
         if inexact and not self._told_inexact and self.config.method != "plain":
@@ -376,7 +397,10 @@ class ChatSession:
         drafters = [d for d in (dyn, static, aux) if d is not None]
         if not drafters:
             return None
-        curve = self._curve_for_device().at(context)
+        known = self._known_curve()
+        if known is None:  # not measured yet: plain decoding is exact and needs no prices
+            return None
+        curve = known.at(context)
         if self._tracker is None:
             self._tracker = CostTracker(curve)
         tracker = self._tracker

@@ -49,13 +49,18 @@ class Engine(Protocol):
         """After forward() at cache length `start`: keep inputs keep[0] < keep[1] < ... (an
         accepted path, 0 first) as rows start, start + 1, ...; drop the other inputs."""
 
-    def fit(self) -> None:
+    def fit(self, measure: bool = True) -> None:
         """Before a reply: choose kernels by measurement where the engine has a choice (once
-        per model and machine, then cached); a no-op where it has none."""
+        per model and machine, then cached); a no-op where it has none. measure=False takes
+        what is cached, else the default kernels, and never measures."""
 
     def cost_curve(self) -> CostCurve:
         """The relative cost of verifying n inputs in one forward, on this machine (measured
         once per model and machine, then cached)."""
+
+    def cached_cost_curve(self) -> CostCurve | None:
+        """cost_curve() if it is known already (in this process or cached on disk), else
+        None: never measures."""
 
     def describe(self) -> str:
         """One line for `samchat doctor` and benchmark metadata: engine, version, kernels."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from samchat.decoding.budget import CostCurve, load_or_measure, measure_engine
+from samchat.decoding.budget import CostCurve, load_cached, load_or_measure, measure_engine
 from samchat.engines.llamacpp_model import llama, system_info, threads, version
 from samchat.errors import SamchatError
 
@@ -244,8 +244,19 @@ class LlamaCppEngine:
 
     # -- cost and description ------------------------------------------------------------------
 
-    def fit(self) -> None:
+    def fit(self, measure: bool = True) -> None:
         """llama.cpp picks its own kernels (at build time, and by repacking at load)."""
+
+    def _curve_file(self, digest: str) -> Path | None:
+        return self.cache_dir / "costs" / f"{digest}.json" if self.cache_dir is not None else None
+
+    def cached_cost_curve(self) -> CostCurve | None:
+        digest = curve_digest(self.lm)
+        with _CURVES_LOCK:
+            curve = _CURVES.get(digest) or load_cached(self._curve_file(digest))
+            if curve is not None:
+                _CURVES[digest] = curve
+        return curve
 
     def cost_curve(self) -> CostCurve:
         longs = _long_contexts(self.lm)
@@ -262,9 +273,7 @@ class LlamaCppEngine:
                     finally:
                         probe.close()
 
-                cache = self.cache_dir
-                file = cache / "costs" / f"{digest}.json" if cache is not None else None
-                curve = load_or_measure(measure, file)
+                curve = load_or_measure(measure, self._curve_file(digest))
                 _CURVES[digest] = curve
         return curve
 

@@ -12,6 +12,7 @@ import torch
 from samchat.decoding import fastpath
 from samchat.decoding.budget import (
     CostCurve,
+    load_cached,
     load_or_measure,
     measure_cost_curve,
     measure_engine,
@@ -118,12 +119,25 @@ class TorchEngine:
     def commit(self, start: int, keep: list[int]) -> None:
         self._kv.compact(start, keep)
 
-    def fit(self) -> None:
+    def fit(self, measure: bool = True) -> None:
         """Take the kernels measured fastest on this machine for each input size (measured with
-        the cost curve, once per model, dtype, CPU and torch version, then cached)."""
+        the cost curve, once per model, dtype, CPU and torch version, then cached). Not
+        measured yet and measure=False: the default kernels for now."""
         if self._fwd.fast:
-            curve = self.cost_curve()
-            self._fwd.plan = curve.kernels or DEFAULT_PLAN
+            curve = self.cost_curve() if measure else self.cached_cost_curve()
+            self._fwd.plan = (curve.kernels if curve is not None else None) or DEFAULT_PLAN
+
+    def _curve_file(self) -> Path | None:
+        cache = self.cache_dir
+        return cache / "costs" / f"{self._digest()}.json" if cache is not None else None
+
+    def cached_cost_curve(self) -> CostCurve | None:
+        digest = self._digest()
+        with _CURVES_LOCK:
+            curve = _CURVES.get(digest) or load_cached(self._curve_file())
+            if curve is not None:
+                _CURVES[digest] = curve
+        return curve
 
     def _about(self) -> dict[str, str]:
         """What a measurement is of: it holds for every model object loaded from the same
@@ -154,7 +168,6 @@ class TorchEngine:
             curve = _CURVES.get(digest)
             if curve is None:
                 model, device = self.model, self.device
-                cache = self.cache_dir
 
                 def measure() -> CostCurve:
                     measured = measure_cost_curve(model, device)
@@ -166,11 +179,7 @@ class TorchEngine:
                     curve.kernels = measured.kernels
                     return curve
 
-                curve = load_or_measure(
-                    measure,
-                    cache / "costs" / f"{digest}.json" if cache is not None else None,
-                    about=self._about(),
-                )
+                curve = load_or_measure(measure, self._curve_file(), about=self._about())
                 _CURVES[digest] = curve
         return curve
 

@@ -42,6 +42,12 @@ class RemoteGenerator:
     def prepare(self) -> None:
         """Nothing to measure: the server decodes."""
 
+    def curve_missing(self) -> bool:
+        return False
+
+    def measure_cost_curve(self) -> None:
+        """Nothing to measure: the server decodes."""
+
     def fit_sources(
         self,
         history: list[dict[str, str]],

@@ -177,7 +177,12 @@ class SamchatApp(App[None]):
             self._adopt_model(
                 self.lm,
                 backend.make_generator(
-                    self.lm, self.cfg.decoding, indexer, self.cost_curve, self.cache_dir
+                    self.lm,
+                    self.cfg.decoding,
+                    indexer,
+                    self.cost_curve,
+                    self.cache_dir,
+                    measure_first=False,
                 ),
             )
         elif self.autoload_model:
@@ -245,11 +250,13 @@ class SamchatApp(App[None]):
             self.post_message(ModelFailed(f"could not load the model: {type(exc).__name__}: {exc}"))
             return
         indexer = self._make_indexer(lm)
-        generator = backend.make_generator(lm, decoding, indexer, self.cost_curve, self.cache_dir)
+        # The first reply does not wait for this machine's costs: it decodes plainly, and the
+        # chat screen times the machine once it is done.
+        generator = backend.make_generator(
+            lm, decoding, indexer, self.cost_curve, self.cache_dir, measure_first=False
+        )
         warning = ""
         try:
-            if isinstance(generator, backend.Generator):
-                self.post_message(ModelProgress("preparing the decoder (timing this device once)"))
             generator.prepare()
         except Exception as exc:  # the next reply reports it again; the model itself is fine
             warning = f"decoder setup failed: {exc}"
@@ -363,7 +370,12 @@ class SamchatApp(App[None]):
             if changed and self.lm is not None:
                 # A new session: the next reply (in its worker) builds it with the new knobs.
                 self.generator = backend.make_generator(
-                    self.lm, decoding, self.indexer, self.cost_curve, self.cache_dir
+                    self.lm,
+                    decoding,
+                    self.indexer,
+                    self.cost_curve,
+                    self.cache_dir,
+                    measure_first=False,
                 )
             self.chat.update_status()
             self.notify("settings saved", timeout=2)

@@ -56,6 +56,13 @@ class ReplyFinished(Message):
 
 
 @dataclass
+class CurveTiming(Message):
+    """The reply worker times this machine's verification costs (True), or is done (False)."""
+
+    busy: bool
+
+
+@dataclass
 class ReplyFailed(Message):
     job: ReplyJob
     error: str

@@ -127,8 +127,8 @@ def listed(env: dict[str, str], *options: str) -> list[dict[str, Any]]:
 
 
 def test_ollama_models_load_by_name_and_their_blobs_by_path(tmp_path: Path) -> None:
-    """About a minute: a model at a new path is timed on its first reply, and the test checks
-    that a real first use measures once and says so."""
+    """About a minute: a model at a new path is timed after its first reply, and the test
+    checks that a real first use answers at once (plainly), then measures once and says so."""
     blob = ollama_store(tmp_path / "ollama")
     env = env_for(tmp_path, OLLAMA_MODELS=str(tmp_path / "ollama"))
     entries = listed(env)
@@ -144,8 +144,13 @@ def test_ollama_models_load_by_name_and_their_blobs_by_path(tmp_path: Path) -> N
     by_name = samchat(env, *ask, "--model", "ollama:smol", "Name a colour.")
     assert by_name.returncode == 0, by_name.stderr
     assert by_name.stdout.strip()
-    # The first reply with a model measures the verification cost once, and says so.
+    # The first reply with a model runs plainly, then the verification cost is measured once,
+    # and it says so; the next reply finds it measured.
     assert sum(PROGRESS in line for line in by_name.stderr.splitlines()) == 1
+    assert "timing drafts on this CPU once" in by_name.stderr
+    again = samchat(env, *ask, "--model", "ollama:smol", "Name a colour.")
+    assert again.returncode == 0 and again.stdout == by_name.stdout
+    assert PROGRESS not in again.stderr and "timing drafts" not in again.stderr
     assert "%|" not in by_name.stderr  # no third-party progress bar leaks out
 
     # A GGUF is known by its header, not its name: a copy without a suffix loads, answers the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -281,3 +282,47 @@ async def test_opening_another_chat_while_a_reply_streams(
         (reply,) = replies(store, first)  # stored in the chat it belongs to
         await app.chat.open_chat(first)
         assert app.chat.chat_view.views()[-1].content == reply.content
+
+
+async def test_a_first_reply_does_not_wait_for_timing_the_machine(
+    make_app: Callable[..., SamchatApp],
+    store: Store,
+    default_lm: Any,
+    curve: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a machine whose costs are not measured yet, the first reply decodes plainly at once;
+    the machine is timed after it (the status says so) and a prompt sent meanwhile waits, then
+    drafts. The timing itself is stood in for (its measurement has tests of its own): here
+    the machine is new, whatever this test run measured before."""
+    from samchat.decoding.session import ChatSession
+    from samchat.engines.torch_engine import TorchEngine
+
+    monkeypatch.setattr(TorchEngine, "cached_cost_curve", lambda self: None)
+    timed: list[float] = []
+    release = threading.Event()
+
+    def measure(self: ChatSession) -> None:
+        timed.append(time.perf_counter())
+        release.wait(30)  # until the test has seen the waiting prompt
+        self._curve = curve
+        self.curve_missing = False
+
+    monkeypatch.setattr(ChatSession, "measure_cost_curve", measure)
+    app = make_app(lm=default_lm, config=config(8))  # no known curve
+    async with app.run_test(size=(120, 36)) as pilot:
+        await send(pilot, app, "Repeat: the quick brown fox.")
+        await wait_for(pilot, lambda: app.chat.replies_finished == 1, 120)
+        assert app.chat.chat_id is not None
+        (first,) = replies(store, app.chat.chat_id)
+        assert first.stats["accepted_by_drafter"].get("dyn", 0) == 0 and first.mat == 1.0
+        await wait_for(pilot, lambda: app.chat.timing)
+        assert "timing drafts on this CPU" in str(app.query_one("#status").render())
+        await send(pilot, app, "Repeat it again: the quick brown fox.")
+        await wait_for(pilot, lambda: app.chat.pending is not None)
+        assert "your prompt waits: timing drafts" in str(app.query_one("#status").render())
+        release.set()
+        await wait_for(pilot, lambda: app.chat.replies_finished == 2, 120)
+        assert len(timed) == 1 and not app.chat.timing
+        second = replies(store, app.chat.chat_id)[-1]
+        assert second.stats["steps"] < second.stats["tokens"]  # it drafted this time

@@ -27,6 +27,7 @@ from samchat.tui.widgets.prompt import PromptArea
 from samchat.tui.widgets.sidebar import Sidebar
 from samchat.tui.widgets.stats_bar import StatsBar
 from samchat.tui.worker_messages import (
+    CurveTiming,
     ReplyDelta,
     ReplyFailed,
     ReplyFinished,
@@ -53,6 +54,7 @@ class ChatTurns(Screen[None]):
         # Retrieval and attached files per chat (None: the chat not created yet).
         self.chat_documents: dict[int | None, ChatDocuments] = {}
         self.preparing = False  # a question's documents are being read and fitted
+        self.timing = False  # this machine's costs are being measured (after a first reply)
         self.last_live: LiveStats | None = None
         self.replies_finished = 0  # replies fully handled (stored and shown)
 
@@ -130,8 +132,12 @@ class ChatTurns(Screen[None]):
             parts.append(app.index_progress)
         if self.preparing:
             parts.append("reading documents…")
+        elif self.pending is not None and self.timing:
+            parts.append("your prompt waits: timing drafts on this CPU (once)…")
         elif self.pending is not None:
             parts.append("your prompt waits for the model…")
+        elif self.timing:
+            parts.append("timing drafts on this CPU (once; replies draft after it)…")
         elif self.job is not None:
             parts.append("generating… (esc stops)")
         status.update(" · ".join(parts))
@@ -357,6 +363,10 @@ class ChatTurns(Screen[None]):
     def launch(self, job: ReplyJob) -> None:
         generator = self.samchat.generator
         assert generator is not None
+        if self.timing:  # the model is busy timing this machine: the prompt waits its turn
+            self.pending = job
+            self.update_status()
+            return
         job.live = LiveStats(time.perf_counter())
         job.reply.model = generator.lm.name
         self.job = job
@@ -370,6 +380,7 @@ class ChatTurns(Screen[None]):
             from samchat.decoding.events import StepStats, TextDelta
 
             events = stream_reply(gen, job.reply, sampling, job.cancel, job.live.started)
+            timing = False
             for ev in events:
                 if isinstance(ev, TextDelta):
                     pieces = [(text, source) for text, source in ev.pieces]
@@ -379,7 +390,17 @@ class ChatTurns(Screen[None]):
                 elif isinstance(ev, StepStats):
                     self.post_message(ReplyStep(job, ev.forward_s, ev.draft_size == 0))
                 elif isinstance(ev, ReplyRecord):
+                    # Timing starts before the UI learns the reply is done, so that a prompt
+                    # sent meanwhile waits for it instead of racing it for the CPU.
+                    timing = gen.curve_missing()
+                    if timing:
+                        self.post_message(CurveTiming(True))
                     self.post_message(ReplyFinished(job, ev))
+            if timing:
+                try:
+                    gen.measure_cost_curve()
+                finally:
+                    self.post_message(CurveTiming(False))
         except SamchatError as exc:
             self.post_message(ReplyFailed(job, str(exc)))
         except Exception as exc:  # a decoder bug must not take the UI down
@@ -390,6 +411,12 @@ class ChatTurns(Screen[None]):
         if msg.job.view.is_attached:
             await msg.job.view.append(msg.text, msg.pieces)
         self.query_one(StatsBar).show(msg.job.live, "streaming")
+
+    def on_curve_timing(self, msg: CurveTiming) -> None:
+        self.timing = msg.busy
+        if not msg.busy:
+            self.model_ready()  # a prompt that waited is answered now
+        self.update_status()
 
     def on_reply_step(self, msg: ReplyStep) -> None:
         msg.job.live.on_step(msg.forward_s, msg.plain)
