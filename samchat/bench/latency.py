@@ -146,11 +146,16 @@ def homes(keep: Path | None = None) -> Iterator[Path]:
         shutil.rmtree(home, ignore_errors=True)
 
 
-def samchat_env(home: Path) -> dict[str, str]:
+def samchat_env(home: Path, first_use: bool) -> dict[str, str]:
+    """A samchat with its data and config under `home` (nothing of the user's is read or
+    written). Warm: the user's own cache (what this machine has measured and converted); first
+    use: a new one under `home`."""
     env = dict(os.environ)
-    for name in ("DATA", "CACHE", "CONFIG"):
+    names = ("DATA", "CONFIG", "CACHE") if first_use else ("DATA", "CONFIG")
+    for name in names:
         env[f"SAMCHAT_{name}_DIR"] = str(home / name.lower())
-    env["SAMCHAT_MODEL_CACHE"] = str(home / "cache" / "models")
+    if first_use:
+        env["SAMCHAT_MODEL_CACHE"] = str(home / "cache" / "models")
     return env
 
 
@@ -178,12 +183,13 @@ def run(
     threads: int = 1,
     progress: Callable[[str], None] = lambda _: None,
 ) -> list[Timing]:
-    """Each case: samchat and the peer alternately, `repeat` times warm (the median kept);
-    with `first_use`, samchat once more from a new cache (the peer has nothing to set up)."""
+    """Each case: samchat and the peer alternately, `repeat` times warm (the median kept; the
+    user's cache, set up by a first run if it is not); with `first_use`, samchat once more from
+    a new cache (the peer has nothing to set up)."""
     out: list[Timing] = []
     with homes() as warm_home:
-        env = samchat_env(warm_home)
-        progress("warming samchat's cache (the first use of this model)")
+        env = samchat_env(warm_home, first_use=False)
+        progress("one run first, so that the warm runs find the model set up in the cache")
         time_process(samchat_cmd(gguf, 2), SHORT, env)
         for case in cases(gguf, doc_tokens):
             samples: dict[str, list[tuple[float, float]]] = {SAMCHAT: [], PEER: []}
@@ -210,7 +216,9 @@ def run(
                 progress(f"{case.name}: samchat from a new cache")
                 with homes() as new_home:
                     first, total, _ = time_process(
-                        samchat_cmd(gguf, max_new_tokens), case.prompt, samchat_env(new_home)
+                        samchat_cmd(gguf, max_new_tokens),
+                        case.prompt,
+                        samchat_env(new_home, first_use=True),
                     )
                 out.append(Timing(case.name, SAMCHAT, FIRST_USE, first, total, 1))
     return out
