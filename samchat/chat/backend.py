@@ -273,9 +273,10 @@ class Generator:
         """A reply ran plainly because this machine's costs are not measured yet."""
         return self._session is not None and bool(self._session.curve_missing)
 
-    def measure_cost_curve(self) -> None:
-        """Time this machine once (about a minute on a small CPU), so that replies draft."""
-        self.session().measure_cost_curve()
+    def measure_cost_curve(self, cancelled: Callable[[], bool] | None = None) -> None:
+        """Time this machine once (about a minute on a small CPU), so that replies draft;
+        `cancelled()` true stops it (MeasurementCancelled, nothing kept)."""
+        self.session().measure_cost_curve(cancelled)
 
     def fit_sources(
         self,

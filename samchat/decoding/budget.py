@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from samchat.decoding.kernels import KernelPlan, measure_kernels, plan_from
+from samchat.errors import SamchatError
 
 if TYPE_CHECKING:
     from samchat.engines.base import Engine
@@ -128,7 +129,6 @@ class CostCurve:
     def from_file(cls, path: Path) -> CostCurve:
         """A fixed curve from JSON: {"relative_cost": {"1": 1.0, "8": 1.6, ...}} (the cost
         cache's format) or the bare mapping."""
-        from samchat.errors import SamchatError
 
         try:
             data = json.loads(path.read_text())
@@ -157,9 +157,17 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+class MeasurementCancelled(SamchatError):
+    """A cost-curve measurement stopped because its caller asked (nothing is cached)."""
+
+
 @torch.inference_mode()
 def measure_cost_curve(
-    model: Any, device: torch.device, context: int = 256, reps: int = 4
+    model: Any,
+    device: torch.device,
+    context: int = 256,
+    reps: int = 4,
+    cancelled: Callable[[], bool] | None = None,
 ) -> CostCurve:
     """Time forwards of 1, 2, 4 ... 64 new tokens after `context` cached tokens, on each kernel
     candidate (kernels.py), and keep the fastest per size: the curve is relative to the
@@ -180,6 +188,8 @@ def measure_cost_curve(
     inputs = {n: torch.randint(0, vocab, (1, n), generator=gen).to(device) for n in SIZES}
 
     def run(n: int, kernel: str) -> float:
+        if cancelled is not None and cancelled():
+            raise MeasurementCancelled("the cost-curve measurement was stopped")
         forward.plan = KernelPlan.only(kernel)
         _sync(device)
         t0 = time.perf_counter()
@@ -200,11 +210,12 @@ def measure_engine(
     reps: int = 5,
     long_contexts: tuple[int, ...] = (),
     clock: Callable[[], float] = time.perf_counter,
+    cancelled: Callable[[], bool] | None = None,
 ) -> CostCurve:
     """The cost curve through the Engine interface, on an engine of its own (its cache is reset
     and filled with random tokens); also after each of long_contexts tokens (the chain of
-    `long` curves)."""
-    curve = _measure_engine_at(engine, vocab, context, reps, SIZES, clock)
+    `long` curves). `cancelled()` true stops it (MeasurementCancelled) within a forward."""
+    curve = _measure_engine_at(engine, vocab, context, reps, SIZES, clock, cancelled)
     last = curve
     for long_context in sorted(long_contexts):
         if long_context <= last.context:
@@ -212,7 +223,9 @@ def measure_engine(
         # Up to 16 inputs (beyond, the curve goes on along its last slope), fewer rounds: the
         # long forwards are the slow ones, and this runs the first time a model is used.
         sizes = tuple(n for n in SIZES if n <= 16)
-        last.long = _measure_engine_at(engine, vocab, long_context, min(reps, 3), sizes, clock)
+        last.long = _measure_engine_at(
+            engine, vocab, long_context, min(reps, 3), sizes, clock, cancelled
+        )
         last = last.long
     return curve
 
@@ -224,6 +237,7 @@ def _measure_engine_at(
     reps: int,
     sizes: tuple[int, ...],
     clock: Callable[[], float] = time.perf_counter,
+    cancelled: Callable[[], bool] | None = None,
 ) -> CostCurve:
     """Each size as decoding meets it: a draft forward between one-token forwards, priced with
     the one-token forward after it (a switch of batch shape costs both: llama.cpp rebuilds its
@@ -238,6 +252,8 @@ def _measure_engine_at(
     inputs = {n: [gen.randrange(vocab) for _ in range(n)] for n in sorted({1, *sizes})}
 
     def timed(n: int) -> float:
+        if cancelled is not None and cancelled():
+            raise MeasurementCancelled("the cost-curve measurement was stopped")
         t0 = clock()
         # Read a logit as decoding does: a GPU returns before its work is done.
         float(engine.forward(inputs[n])[-1, 0])

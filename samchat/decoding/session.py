@@ -232,10 +232,12 @@ class ChatSession:
             return self._curve
         return self._curve_for_device()
 
-    def measure_cost_curve(self) -> None:
+    def measure_cost_curve(self, cancelled: Callable[[], bool] | None = None) -> None:
         """Measure this machine's verification costs now (once per model and machine, then
-        cached): what sizes drafts. Call it when nothing else runs, since it times the CPU."""
-        self._curve_for_device()
+        cached): what sizes drafts. Call it when nothing else runs, since it times the CPU.
+        `cancelled()` true stops it (MeasurementCancelled; nothing is kept)."""
+        if self._curve is None:
+            self._curve = self._engine.cost_curve(cancelled)
         self._engine.fit()
         self.curve_missing = False
 

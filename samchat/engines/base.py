@@ -3,6 +3,7 @@ belong to the LoadedModel and are shared by every engine made from it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -54,9 +55,10 @@ class Engine(Protocol):
         per model and machine, then cached); a no-op where it has none. measure=False takes
         what is cached, else the default kernels, and never measures."""
 
-    def cost_curve(self) -> CostCurve:
+    def cost_curve(self, cancelled: Callable[[], bool] | None = None) -> CostCurve:
         """The relative cost of verifying n inputs in one forward, on this machine (measured
-        once per model and machine, then cached)."""
+        once per model and machine, then cached). A measurement stops, raising
+        MeasurementCancelled, once `cancelled()` is true."""
 
     def cached_cost_curve(self) -> CostCurve | None:
         """cost_curve() if it is known already (in this process or cached on disk), else

@@ -14,13 +14,19 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from samchat.decoding.budget import CostCurve, load_cached, load_or_measure, measure_engine
+from samchat.decoding.budget import (
+    CostCurve,
+    load_cached,
+    load_or_measure,
+    measure_engine,
+)
 from samchat.engines.llamacpp_model import llama, system_info, threads, version
 from samchat.errors import SamchatError
 
@@ -258,7 +264,7 @@ class LlamaCppEngine:
                 _CURVES[digest] = curve
         return curve
 
-    def cost_curve(self) -> CostCurve:
+    def cost_curve(self, cancelled: Callable[[], bool] | None = None) -> CostCurve:
         longs = _long_contexts(self.lm)
         digest = curve_digest(self.lm)
         with _CURVES_LOCK:
@@ -269,7 +275,12 @@ class LlamaCppEngine:
                 def measure() -> CostCurve:
                     probe = LlamaCppEngine(lm, n_ctx=max(512, max(longs) + 2 * MAX_SEQ))
                     try:
-                        return measure_engine(probe, self.n_vocab, long_contexts=longs)
+                        return measure_engine(
+                            probe,
+                            self.n_vocab,
+                            long_contexts=longs,
+                            cancelled=cancelled,
+                        )
                     finally:
                         probe.close()
 

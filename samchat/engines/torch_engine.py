@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -162,7 +163,7 @@ class TorchEngine:
     def _digest(self) -> str:
         return hashlib.sha256("|".join(self._about().values()).encode()).hexdigest()[:16]
 
-    def cost_curve(self) -> CostCurve:
+    def cost_curve(self, cancelled: Callable[[], bool] | None = None) -> CostCurve:
         digest = self._digest()
         with _CURVES_LOCK:  # one measurement at a time: two would disturb each other
             curve = _CURVES.get(digest)
@@ -170,12 +171,12 @@ class TorchEngine:
                 model, device = self.model, self.device
 
                 def measure() -> CostCurve:
-                    measured = measure_cost_curve(model, device)
+                    measured = measure_cost_curve(model, device, cancelled=cancelled)
                     if self._static is None:
                         return measured
                     # The kernels as measured; the costs as fixed-shape steps run them.
                     self._fwd.plan = measured.kernels or DEFAULT_PLAN
-                    curve = measure_engine(self, int(model.config.vocab_size))
+                    curve = measure_engine(self, int(model.config.vocab_size), cancelled=cancelled)
                     curve.kernels = measured.kernels
                     return curve
 

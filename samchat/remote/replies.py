@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from samchat.decoding.events import Event, ReplyDone, ReplyStats, TextDelta
@@ -45,7 +45,7 @@ class RemoteGenerator:
     def curve_missing(self) -> bool:
         return False
 
-    def measure_cost_curve(self) -> None:
+    def measure_cost_curve(self, cancelled: Callable[[], bool] | None = None) -> None:
         """Nothing to measure: the server decodes."""
 
     def fit_sources(

@@ -49,20 +49,27 @@ class _Stalling(_Quiet):
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
-        for delta in ({"role": "assistant"}, {"content": "Hello"}, {"content": " there"}):
+        self._stream([({"role": "assistant"}, None), ({"content": "Hello"}, None)])
+        self._stream([({"content": " there"}, None)])
+        self.server.server_stop.wait(60)  # type: ignore[attr-defined]
+
+    def _stream(self, deltas: list[tuple[dict[str, str], str | None]]) -> None:
+        """Chat-completion chunks as server-sent events (the headers with the first ones)."""
+        if not getattr(self, "_streaming", False):
+            self._streaming = True
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+        for delta, finish in deltas:
             chunk = {
                 "id": "c1",
                 "object": "chat.completion.chunk",
                 "created": 0,
                 "model": MODEL,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
             }
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             self.wfile.flush()
-        self.server.server_stop.wait(60)  # type: ignore[attr-defined]
 
 
 class _Scripted(_Stalling):
@@ -73,18 +80,7 @@ class _Scripted(_Stalling):
         self.server.requests.append(body)  # type: ignore[attr-defined]
         mode = self.server.mode  # type: ignore[attr-defined]
         if mode == "sse":
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.end_headers()
-            for delta, finish in (({"content": "ok"}, None), ({}, "stop")):
-                chunk = {
-                    "id": "c2",
-                    "object": "chat.completion.chunk",
-                    "created": 0,
-                    "model": MODEL,
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-                }
-                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self._stream([({"content": "ok"}, None), ({}, "stop")])
             self.wfile.write(b"data: [DONE]\n\n")
             return
         status, kind, text = {

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +22,9 @@ from samchat.tui.themes import bundled_theme_dir
 from tests.remote.conftest import KEY, write_config
 from tests.remote.fake_servers import silent_port
 from tests.serve.serve_process import Server
+from tests.tui.tui_helpers import wait_for
 
 pytestmark = pytest.mark.model
-
-
-async def wait_for(pilot: Any, condition: Callable[[], object], timeout: float = 60.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not condition():
-        if loop.time() > end:
-            raise AssertionError(f"timed out after {timeout} s waiting for {condition}")
-        await pilot.pause(0.05)
 
 
 def rendered(app: SamchatApp, selector: str) -> str:

@@ -12,6 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, OptionList, Static
+from textual.worker import get_current_worker
 
 from samchat.chat import backend
 from samchat.chat.live_stats import LiveStats
@@ -28,6 +29,7 @@ from samchat.tui.widgets.sidebar import Sidebar
 from samchat.tui.widgets.stats_bar import StatsBar
 from samchat.tui.worker_messages import (
     CurveTiming,
+    Notice,
     ReplyDelta,
     ReplyFailed,
     ReplyFinished,
@@ -397,14 +399,27 @@ class ChatTurns(Screen[None]):
                         self.post_message(CurveTiming(True))
                     self.post_message(ReplyFinished(job, ev))
             if timing:
-                try:
-                    gen.measure_cost_curve()
-                finally:
-                    self.post_message(CurveTiming(False))
+                self._time_machine(gen)
         except SamchatError as exc:
             self.post_message(ReplyFailed(job, str(exc)))
         except Exception as exc:  # a decoder bug must not take the UI down
             self.post_message(ReplyFailed(job, f"{type(exc).__name__}: {exc}"))
+
+    def _time_machine(self, gen: Replies) -> None:
+        """In the reply worker, after a plain first reply: time this machine once. Closing the
+        app cancels the worker, which stops the timing at its next forward."""
+        worker = get_current_worker()
+        try:
+            gen.measure_cost_curve(lambda: worker.is_cancelled)
+        except SamchatError as exc:  # stopped, or failed: replies stay plain, and say so
+            if not worker.is_cancelled:
+                self.samchat.post_message(Notice(f"timing drafts failed: {exc}", "Decoder"))
+        except Exception as exc:  # a measurement bug must not take the UI down
+            self.samchat.post_message(
+                Notice(f"timing drafts failed: {type(exc).__name__}: {exc}", "Decoder")
+            )
+        finally:
+            self.post_message(CurveTiming(False))
 
     async def on_reply_delta(self, msg: ReplyDelta) -> None:
         msg.job.live.on_delta(msg.n, msg.sources, msg.t)
