@@ -302,7 +302,7 @@ async def test_a_first_reply_does_not_wait_for_timing_the_machine(
     timed: list[float] = []
     release = threading.Event()
 
-    def measure(self: ChatSession) -> None:
+    def measure(self: ChatSession, cancelled: Callable[[], bool] | None = None) -> None:
         timed.append(time.perf_counter())
         release.wait(30)  # until the test has seen the waiting prompt
         self._curve = curve
