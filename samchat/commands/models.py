@@ -26,10 +26,14 @@ def _size(n: int | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from samchat.chat.config import load_config
+    from samchat.chat.config import ConfigError, load_config
 
     entries = list_models(recent_file(apply_data_dir(args)))
-    endpoints = load_config().endpoints  # a bad config.toml is a one-line error
+    try:
+        endpoints = load_config().endpoints
+    except ConfigError as exc:  # the local models are listed all the same
+        print(f"[{exc}; endpoints not listed]", file=sys.stderr)
+        endpoints = {}
     if endpoints:
         from samchat.remote.client import endpoint_models
 

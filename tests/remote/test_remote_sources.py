@@ -134,3 +134,13 @@ def test_commands_that_run_a_model_here_refuse_a_remote_one(
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: openai:http://127.0.0.1:9/v1 is a model on a server")
     assert "\n" not in err
+
+
+def test_models_lists_local_ones_despite_a_bad_config(capsys: pytest.CaptureFixture[str]) -> None:
+    write_config("[endpoints.team]\nurl = 3\n")
+    assert main(["models", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert '"origin": "default"' in captured.out
+    assert captured.err.strip() == (
+        '[config: [endpoints.team] needs url = "http://host:8000/v1"; endpoints not listed]'
+    )
