@@ -134,11 +134,8 @@ def time_process(cmd: list[str], stdin: str, env: dict[str, str]) -> tuple[float
 
 
 @contextmanager
-def homes(keep: Path | None = None) -> Iterator[Path]:
-    """A samchat home (data, cache, config); `keep` is reused (warm), else a new one."""
-    if keep is not None:
-        yield keep
-        return
+def homes() -> Iterator[Path]:
+    """A new samchat home (data, config, and on first use the cache), removed afterwards."""
     home = Path(tempfile.mkdtemp(prefix="samchat-latency-"))
     try:
         yield home

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from samchat.decoding.budget import REPLY_FADE, AcceptanceModel, CostCurve, CostTracker
+from samchat.decoding.context_fit import drop_oldest_turn, dropped_notice
 from samchat.decoding.drafter import PLAIN, Decision, Drafter, Selector
 from samchat.decoding.events import Event, StepStats
 from samchat.decoding.params import DecodingConfig, SamplingParams
@@ -150,22 +151,15 @@ class ChatSession:
         reserve = min(self.config.reserve_tokens, params.max_new_tokens)
         dropped = 0
         while len(ids) + reserve > self.context_limit:
-            idx = next((i for i, m in enumerate(msgs[:-1]) if m["role"] != "system"), None)
-            if idx is None:
+            gone = drop_oldest_turn(msgs)
+            if not gone:
                 raise SamchatError(
                     f"the message is too long for the model's context ({len(ids)} tokens, "
                     f"limit {self.context_limit} incl. {reserve} for the reply); shorten it"
                 )
-            del msgs[idx]
-            dropped += 1
-            while idx < len(msgs) - 1 and msgs[idx]["role"] == "assistant":
-                del msgs[idx]  # a conversation does not start with an assistant turn
-                dropped += 1
+            dropped += gone
             ids = self.render(msgs)
-        notice = ""
-        if dropped:
-            notice = f"dropped the {dropped} oldest message(s) to fit the model's context"
-        return ids, notice
+        return ids, dropped_notice(dropped)
 
     # -- model calls --------------------------------------------------------------------------
 

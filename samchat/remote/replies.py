@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from samchat.decoding.context_fit import drop_oldest_turn, dropped_notice
 from samchat.decoding.events import Event, ReplyDone, ReplyStats, TextDelta
 from samchat.decoding.params import SamplingParams, from_mapping
 from samchat.errors import SamchatError
@@ -86,20 +87,15 @@ class RemoteGenerator:
 
         dropped = 0
         while size() > room:
-            idx = next((i for i, m in enumerate(msgs[:-1]) if m.get("role") != "system"), None)
-            if idx is None:
+            gone = drop_oldest_turn(msgs)
+            if not gone:
                 raise RemoteError(
                     f"the message is too long for {self.lm.endpoint.label}'s context (about "
                     f"{size()} tokens, limit {self.lm.context_limit} incl. {max_new_tokens} for "
                     "the reply); shorten it, or set context in the endpoint's entry"
                 )
-            del msgs[idx]
-            dropped += 1
-            while idx < len(msgs) - 1 and msgs[idx].get("role") == "assistant":
-                del msgs[idx]  # a conversation does not start with an assistant turn
-                dropped += 1
-        notice = f"dropped the {dropped} oldest message(s) to fit the model's context"
-        return msgs, notice if dropped else ""
+            dropped += gone
+        return msgs, dropped_notice(dropped)
 
     def generate(
         self, messages: list[dict[str, str]], sampling: dict[str, Any], cancel: threading.Event

@@ -1,0 +1,25 @@
+"""Making a conversation fit a context: the oldest turns go first, the system prompt and the
+question stay. Shared by the local session (counted in tokens) and remote replies (estimated)."""
+
+from __future__ import annotations
+
+
+def drop_oldest_turn(messages: list[dict[str, str]]) -> int:
+    """Remove the oldest non-system message before the last one, and the assistant replies that
+    would then open the conversation; how many went (0: nothing left to drop)."""
+    idx = next((i for i, m in enumerate(messages[:-1]) if m.get("role") != "system"), None)
+    if idx is None:
+        return 0
+    del messages[idx]
+    dropped = 1
+    while idx < len(messages) - 1 and messages[idx].get("role") == "assistant":
+        del messages[idx]  # a conversation does not start with an assistant turn
+        dropped += 1
+    return dropped
+
+
+def dropped_notice(dropped: int) -> str:
+    """The notice a reply carries when turns were left out ("" when none were)."""
+    if not dropped:
+        return ""
+    return f"dropped the {dropped} oldest message(s) to fit the model's context"
