@@ -151,6 +151,7 @@ class _SwitchingEngine:
     def __init__(self) -> None:
         self.now = 0.0
         self.last = 0
+        self.read = 0  # prompt tokens prefilled
 
     def clock(self) -> float:
         return self.now
@@ -160,6 +161,7 @@ class _SwitchingEngine:
 
     def prefill(self, ids: list[int], logits: int = 0) -> None:
         self.last = len(ids)
+        self.read += len(ids)
 
     def forward(self, ids: list[int], layout: Any = None) -> Any:
         n = len(ids)
@@ -183,6 +185,7 @@ def test_engine_curve_prices_a_draft_as_decoding_meets_it() -> None:
         assert curve.rel(n) == pytest.approx(n + 3.0)  # n + 1.5, then 1 + 1.5, less 1
     assert curve.long is not None and curve.long.context == 16
     assert curve.long.rel(16) == pytest.approx(19.0)
+    assert engine.read == 16  # the long context extends the short one: no token read twice
     assert measure_engine(engine, 100, reps=0, clock=engine.clock).xs == [1]  # nothing timed
 
 
