@@ -20,7 +20,7 @@ from samchat.decoding.budget import (
 )
 from samchat.decoding.forward import ModelForward
 from samchat.decoding.graphs import StaticSteps
-from samchat.decoding.kernels import DEFAULT_PLAN
+from samchat.decoding.kernels import DEFAULT_PLAN, KernelPlan
 from samchat.decoding.kvcache import KVCache
 
 if TYPE_CHECKING:
@@ -128,9 +128,10 @@ class TorchEngine:
             curve = self.cost_curve() if measure else self.cached_cost_curve()
             self._fwd.plan = (curve.kernels if curve is not None else None) or DEFAULT_PLAN
 
-    def _curve_file(self) -> Path | None:
+    def _curve_file(self, digest: str | None = None) -> Path | None:
         cache = self.cache_dir
-        return cache / "costs" / f"{self._digest()}.json" if cache is not None else None
+        name = digest or self._digest()
+        return cache / "costs" / f"{name}.json" if cache is not None else None
 
     def cached_cost_curve(self) -> CostCurve | None:
         digest = self._digest()
@@ -160,8 +161,18 @@ class TorchEngine:
             about["steps"] = self.steps
         return about
 
-    def _digest(self) -> str:
-        return hashlib.sha256("|".join(self._about().values()).encode()).hexdigest()[:16]
+    def _digest(self, about: dict[str, str] | None = None) -> str:
+        text = "|".join((about or self._about()).values())
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def _dynamic_kernels(self) -> KernelPlan | None:
+        """The kernel plan already measured for this model on ordinary steps, if any: fixed
+        steps run the same kernels (call with _CURVES_LOCK held)."""
+        about = self._about()
+        about.pop("steps", None)
+        digest = self._digest(about)
+        curve = _CURVES.get(digest) or load_cached(self._curve_file(digest))
+        return curve.kernels if curve is not None else None
 
     def cost_curve(self, cancelled: Callable[[], bool] | None = None) -> CostCurve:
         digest = self._digest()
@@ -171,13 +182,16 @@ class TorchEngine:
                 model, device = self.model, self.device
 
                 def measure() -> CostCurve:
-                    measured = measure_cost_curve(model, device, cancelled=cancelled)
-                    if self._static is None:
-                        return measured
-                    # The kernels as measured; the costs as fixed-shape steps run them.
-                    self._fwd.plan = measured.kernels or DEFAULT_PLAN
+                    kernels = self._dynamic_kernels() if self._static is not None else None
+                    if kernels is None:
+                        measured = measure_cost_curve(model, device, cancelled=cancelled)
+                        if self._static is None:
+                            return measured
+                        kernels = measured.kernels
+                    # The kernels of ordinary steps; the costs as fixed-shape steps run them.
+                    self._fwd.plan = kernels or DEFAULT_PLAN
                     curve = measure_engine(self, int(model.config.vocab_size), cancelled=cancelled)
-                    curve.kernels = measured.kernels
+                    curve.kernels = kernels
                     return curve
 
                 curve = load_or_measure(measure, self._curve_file(), about=self._about())

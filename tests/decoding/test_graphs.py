@@ -5,16 +5,25 @@ growing key windows, tree paths compacted in the fixed buffer and a multi-turn c
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepStats, TextDelta
-from samchat.decoding.budget import CostCurve
+from samchat.decoding import (
+    ChatSession,
+    DecodingConfig,
+    SamplingParams,
+    StepStats,
+    TextDelta,
+    budget,
+)
+from samchat.decoding.budget import CostCurve, load_cached, load_or_measure
 from samchat.decoding.forward import ModelForward
 from samchat.decoding.graphs import StaticSteps, bucket
+from samchat.decoding.kernels import KernelPlan
 from samchat.decoding.kvcache import KVCache
 from samchat.decoding.tree import DraftTree
 from samchat.engines.torch_engine import TorchEngine
@@ -82,16 +91,21 @@ def _path(parents: list[int]) -> list[int]:
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("curve", [CPU_CURVE, CostCurve.flat()], ids=["cpu-curve", "flat-curve"])
+@pytest.mark.parametrize(
+    ("curve", "methods"),
+    [(CPU_CURVE, ("plain", "sam+tr")), (CostCurve.flat(), ("sam+tr",))],
+    ids=["cpu-curve", "flat-curve"],
+)
 def test_greedy_speculative_on_static_steps_equals_generate(
-    static_lm: Any, default_lm: Any, tmp_path: Path, curve: CostCurve
+    static_lm: Any, default_lm: Any, tmp_path: Path, curve: CostCurve, methods: tuple[str, ...]
 ) -> None:
     """Plain and sam+tr on fixed-shape steps give transformers' own greedy tokens: single
     questions, a long passage (keys past one window) and a multi-turn chat (cache reused).
-    Up to a minute on 2 cores where it computes the shared reference replies first."""
+    Plain decoding prices nothing, so it runs under one curve. Up to a minute on 2 cores
+    where it computes the shared reference replies first."""
     params = SamplingParams(max_new_tokens=MAX_NEW)
     drafted = 0
-    for method in ("plain", "sam+tr"):
+    for method in methods:
         session = ChatSession(static_lm, DecodingConfig(method=method), cost_curve=curve)
         for prompt in (SINGLE_TURN[0], SINGLE_TURN[5], LONG_CONTEXT[0]):
             messages = [{"role": "user", "content": prompt}]
@@ -144,3 +158,30 @@ def test_static_steps_need_a_slab(default_lm: Any) -> None:
     kv = KVCache(default_lm.model, preallocate=False)
     with pytest.raises(ValueError, match="slab"):
         StaticSteps(ModelForward(default_lm.model), kv, 64, capture=False)
+
+
+@pytest.mark.model
+def test_fixed_steps_take_the_kernels_measured_for_ordinary_steps(
+    default_lm: Any, static_lm: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Fixed-shape steps time their own step costs, but run the kernels already measured for
+    ordinary steps of the same model: one kernel measurement per model, not two."""
+    from samchat.engines import torch_engine
+
+    monkeypatch.setattr(torch_engine, "_CURVES", {})
+    plan = KernelPlan.of({1: "stock", 2: "wht", 9: "stock"})
+    ordinary = TorchEngine(default_lm, tmp_path)
+    # As an earlier run leaves it: the ordinary steps' curve and plan in the cache.
+    load_or_measure(lambda: CostCurve({1: 1.0, 2: 1.5}, kernels=plan), ordinary._curve_file())
+
+    def fail(*_: Any, **__: Any) -> CostCurve:
+        raise AssertionError("the kernels were measured again")
+
+    monkeypatch.setattr(torch_engine, "measure_cost_curve", fail)
+    quick = functools.partial(budget.measure_engine, context=32, reps=1)
+    monkeypatch.setattr(torch_engine, "measure_engine", quick)
+    fixed = TorchEngine(static_lm, tmp_path)
+    curve = fixed.cost_curve()
+    assert curve.kernels == plan and fixed._fwd.plan == plan
+    assert fixed._curve_file() != ordinary._curve_file()  # its own costs, cached apart
+    assert load_cached(fixed._curve_file()) is not None
