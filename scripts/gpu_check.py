@@ -79,13 +79,14 @@ def decode(
 ) -> tuple[list[int], float, float, int, str, str | None]:
     """One greedy reply: (token ids, seconds, seconds in forwards, steps, where the Token
     Recycling table lives, why the engine does not promise output identical to plain).
-    `quick` prices verification as free instead of measuring each engine's curve: the
-    largest trees, and the CPU run's minutes go to checking, not timing."""
+    `quick` prices verification as free and keeps the default kernels instead of measuring
+    each engine's curve: the largest trees, and the CPU run's minutes go to checking, not
+    timing (the curves are measured once, above)."""
     from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepStats, TextDelta
     from samchat.decoding.budget import CostCurve
 
     curve = CostCurve.flat() if quick else None
-    session = ChatSession(lm, DecodingConfig(method=method), None, curve)
+    session = ChatSession(lm, DecodingConfig(method=method), None, curve, measure_first=not quick)
     params = SamplingParams(max_new_tokens=max_new, temperature=0.0)
     messages = [{"role": "user", "content": prompt}]
     for _ in session.generate(messages, SamplingParams(max_new_tokens=2, temperature=0.0)):

@@ -60,3 +60,15 @@ LONG_CONTEXT: list[str] = [
     f"Summarize the following text.\n\n{PASSAGE_BATTERY}",
     f"Based on the text, how can I make my battery last longer?\n\n{PASSAGE_BATTERY}",
 ]
+
+# A third of the above for the second cost curve of each engine's check: short questions, a
+# copy-heavy one, two long passages (keys past the first 256-row window) and a three-turn chat
+# (the cache reused twice). The first curve's check runs them all.
+SAMPLE_SINGLE: list[str] = [
+    SINGLE_TURN[0],
+    SINGLE_TURN[5],
+    SINGLE_TURN[10],
+    LONG_CONTEXT[0],
+    LONG_CONTEXT[3],
+]
+SAMPLE_MULTI: list[list[str]] = MULTI_TURN[:1]

@@ -3,6 +3,7 @@ sizes, its cache round trip, and the torch engine taking the measured plan for e
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,9 @@ def test_the_engine_runs_the_measured_plan(
     from samchat.engines.torch_engine import TorchEngine
 
     monkeypatch.setattr(torch_engine, "_CURVES", {})  # measure here, whatever ran before
+    # One round after a short context: this checks where the plan goes, not its precision.
+    quick = functools.partial(budget.measure_cost_curve, context=64, reps=1)
+    monkeypatch.setattr(torch_engine, "measure_cost_curve", quick)
     engine = TorchEngine(default_lm, tmp_path)
     assert engine._fwd.plan == DEFAULT_PLAN
     engine.fit()

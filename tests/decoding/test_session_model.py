@@ -26,7 +26,14 @@ from samchat.decoding.drafter import Drafter
 from samchat.decoding.session import batched_argmax
 from samchat.decoding.tree import DraftTree
 from samchat.errors import SamchatError
-from tests.decoding.prompts import LONG_CONTEXT, MULTI_TURN, PASSAGE_RIVER, SINGLE_TURN
+from tests.decoding.prompts import (
+    LONG_CONTEXT,
+    MULTI_TURN,
+    PASSAGE_RIVER,
+    SAMPLE_MULTI,
+    SAMPLE_SINGLE,
+    SINGLE_TURN,
+)
 
 pytestmark = pytest.mark.model
 
@@ -82,22 +89,34 @@ def _static_index(tmp: Path, lm: Any) -> Any:
     return index
 
 
-@pytest.mark.parametrize("curve", [CPU_CURVE, CostCurve.flat()], ids=["cpu-curve", "flat-curve"])
+@pytest.mark.parametrize(
+    ("curve", "singles", "chats"),
+    [
+        (CPU_CURVE, SINGLE_TURN + LONG_CONTEXT, MULTI_TURN),
+        (CostCurve.flat(), SAMPLE_SINGLE, SAMPLE_MULTI),
+    ],
+    ids=["cpu-curve", "flat-curve"],
+)
 def test_greedy_speculative_equals_generate_on_real_prompts(
-    default_lm: Any, tmp_path: Path, curve: CostCurve
+    default_lm: Any,
+    tmp_path: Path,
+    curve: CostCurve,
+    singles: list[str],
+    chats: list[list[str]],
 ) -> None:
-    """20+ prompts: single questions, multi-turn chats (one session, KV reused across turns,
-    the model's own answers in the history) and long-passage summaries. The flat curve drafts
-    the largest trees, SAM and Token Recycling merged into one. Over a minute on 2 cores: the
-    torch engine's losslessness on every real prompt, and transformers' own reference replies
-    (computed once per run, for this test and the fixed-step one)."""
+    """20+ prompts on the CPU's curve, a third of them on the flat one: single questions,
+    multi-turn chats (one session, KV reused across turns, the model's own answers in the
+    history) and long-passage summaries. The flat curve drafts the largest trees, SAM and
+    Token Recycling merged into one. Over a minute on 2 cores: the torch engine's
+    losslessness on every real prompt, and transformers' own reference replies (computed once
+    per run, for this test and the fixed-step one)."""
     params = SamplingParams(max_new_tokens=MAX_NEW)
     config = DecodingConfig(method="sam+tr")
     session = ChatSession(default_lm, config, _static_index(tmp_path, default_lm), curve)
     checked = 0
     drafted = 0
     merged = 0
-    for prompt in SINGLE_TURN + LONG_CONTEXT:
+    for prompt in singles:
         messages = [{"role": "user", "content": prompt}]
         ids, done, events = _run(session, messages, params)
         assert ids == _reference(default_lm, messages), prompt
@@ -105,7 +124,7 @@ def test_greedy_speculative_equals_generate_on_real_prompts(
         drafted += sum(e.accepted for e in events if isinstance(e, StepStats))
         merged += sum("+" in e.drafter for e in events if isinstance(e, StepStats))
         checked += 1
-    for turns in MULTI_TURN:
+    for turns in chats:
         messages = [{"role": "system", "content": "You are a concise assistant."}]
         for turn in turns:
             messages.append({"role": "user", "content": turn})
@@ -115,7 +134,7 @@ def test_greedy_speculative_equals_generate_on_real_prompts(
                 assert done.stats.reused_tokens > 0
             messages.append({"role": "assistant", "content": done.text})
         checked += 1
-    assert checked >= 20
+    assert checked >= 6
     assert drafted > 0  # drafts were accepted along the way: the speculative path ran
     if curve.fixed:
         assert merged > 0  # verifying is free: SAM and Token Recycling went in one tree
