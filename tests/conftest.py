@@ -47,20 +47,26 @@ def shared_costs(
     it takes a minute, and only sizes drafts); a GGUF at another path is still timed at its
     first reply (tests/foundation/test_models_catalog.py checks that). Tests of the
     measurement itself mark themselves `private_costs`."""
-    path = tmp_path_factory.getbasetemp() / "shared-costs"
-    path.mkdir(mode=0o700, exist_ok=True)
+    path = tmp_path_factory.getbasetemp() / "shared-cache" / "costs"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.environ[SHARED_COSTS_ENV] = str(path)
     from samchat.engines.llamacpp_model import unavailable_reason
 
     if unavailable_reason() is None:  # without llama.cpp its own tests fail, not every test
         import torch
 
-        from samchat.decoding.budget import CostCurve, load_or_measure
-        from samchat.engines.llamacpp import curve_digest
+        from samchat.decoding.budget import CostCurve, save_curve
+        from samchat.engines.llamacpp import LlamaCppEngine, curve_digest
 
         gguf_lm = request.getfixturevalue("gguf_lm")
-        default = CostCurve.default(torch.device("cpu"))
-        load_or_measure(lambda: default, path / f"{curve_digest(gguf_lm)}.json")
+        save_curve(CostCurve.default(torch.device("cpu")), path / f"{curve_digest(gguf_lm)}.json")
+        # Read once through an engine: the process's own memo has it too, so that engines
+        # without a cache (the benches') take it as well.
+        engine = LlamaCppEngine(gguf_lm, n_ctx=512, cache_dir=path.parent)
+        try:
+            assert engine.cached_cost_curve() is not None
+        finally:
+            engine.close()
     yield path
     os.environ.pop(SHARED_COSTS_ENV, None)
 
@@ -82,13 +88,18 @@ def _isolated_dirs(
 
 
 @pytest.fixture(scope="session")
-def default_lm() -> Iterator[object]:
+def default_lm(shared_costs: Path) -> Iterator[object]:
     """The real default model (SmolLM2-135M-Instruct) on the torch engine in float32, loaded
-    once."""
+    once. Its cost curve and kernel plan are measured here, once per run, into the shared
+    cache: tests in this process take them from the engine's memo, the processes they start
+    (`samchat serve --engine torch`) from the file."""
+    from samchat.engines.torch_engine import TorchEngine
     from samchat.models import load_model
     from samchat.models.loader import ModelSpec
 
-    yield load_model(ModelSpec(engine="torch", dtype="float32"))
+    lm = load_model(ModelSpec(engine="torch", dtype="float32"))
+    TorchEngine(lm, shared_costs.parent).cost_curve()
+    yield lm
 
 
 @pytest.fixture(scope="session")

@@ -388,8 +388,13 @@ def load_or_measure(
     else:  # samchat/cli.py shows it on stderr
         log.info(message)
     curve = measure()
-    if cache_file is None:
-        return curve
+    if cache_file is not None:
+        save_curve(curve, cache_file, about)
+    return curve
+
+
+def save_curve(curve: CostCurve, cache_file: Path, about: dict[str, str] | None = None) -> None:
+    """Keep a measured curve in the cache (load_cached reads it back)."""
     try:
         cache_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         payload: dict[str, Any] = {
@@ -409,7 +414,6 @@ def load_or_measure(
         os.replace(tmp, cache_file)
     except OSError as exc:  # a read-only cache only costs a re-measure next time
         log.warning("could not save the cost curve to %s: %s", cache_file, exc)
-    return curve
 
 
 def cached_kernel_plans(costs_dir: Path) -> list[tuple[dict[str, str], KernelPlan]]:

@@ -26,6 +26,7 @@ from samchat.decoding.budget import (
     load_cached,
     load_or_measure,
     measure_engine,
+    save_curve,
 )
 from samchat.engines.llamacpp_model import llama, system_info, threads, version
 from samchat.errors import SamchatError
@@ -286,6 +287,8 @@ class LlamaCppEngine:
 
                 curve = load_or_measure(measure, self._curve_file(digest))
                 _CURVES[digest] = curve
+            elif (file := self._curve_file(digest)) is not None and not file.exists():
+                save_curve(curve, file)  # measured here by an engine without a cache
         return curve
 
     def describe(self) -> str:

@@ -17,6 +17,7 @@ from samchat.decoding.budget import (
     load_or_measure,
     measure_cost_curve,
     measure_engine,
+    save_curve,
 )
 from samchat.decoding.forward import ModelForward
 from samchat.decoding.graphs import StaticSteps
@@ -196,6 +197,8 @@ class TorchEngine:
 
                 curve = load_or_measure(measure, self._curve_file(), about=self._about())
                 _CURVES[digest] = curve
+            elif (file := self._curve_file()) is not None and not file.exists():
+                save_curve(curve, file, self._about())  # measured here by an engine without one
         return curve
 
     def describe(self) -> str:

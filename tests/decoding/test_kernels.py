@@ -155,6 +155,9 @@ def test_the_engine_runs_the_measured_plan(
     later = TorchEngine(default_lm, tmp_path)
     later.fit()
     assert later._fwd.plan == curve.kernels
+    # A curve this process knows goes into a cache that lacks it (a second home, say), unmeasured.
+    TorchEngine(default_lm, tmp_path / "other").cost_curve()
+    assert cached_kernel_plans(tmp_path / "other" / "costs") == [(about, curve.kernels)]
 
     tok = default_lm.tokenizer
     prompt = tok("Name three colours of the rainbow: red, orange,")["input_ids"]

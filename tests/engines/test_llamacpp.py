@@ -22,9 +22,9 @@ from samchat.decoding import (
     StepStats,
     TextDelta,
 )
-from samchat.decoding.budget import CostCurve
+from samchat.decoding.budget import CostCurve, load_cached, save_curve
 from samchat.decoding.tree import DraftTree
-from samchat.engines.llamacpp import LlamaCppEngine
+from samchat.engines.llamacpp import LlamaCppEngine, curve_digest
 from samchat.errors import ModelLoadError, SamchatError
 from samchat.models.loader import ModelSpec, load_model
 from tests.decoding.prompts import (
@@ -319,3 +319,31 @@ def test_file_type_names_with_spaces(tmp_path: Path) -> None:
         assert weights.plain_reason is None
     finally:
         weights.close()
+
+
+def test_a_curve_known_here_goes_into_a_cache_that_lacks_it(
+    gguf_lm: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A curve this process read or measured is kept in another cache it meets, unmeasured:
+    a second home, or the benches' engines that keep nothing, cost no second timing."""
+    from samchat.engines import llamacpp
+
+    monkeypatch.setattr(llamacpp, "_CURVES", {})
+
+    def fail(*_: Any, **__: Any) -> CostCurve:
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(llamacpp, "measure_engine", fail)
+    digest = curve_digest(gguf_lm)
+    known = CostCurve({1: 1.0, 2: 1.5, 8: 4.0})
+    save_curve(known, tmp_path / "a" / "costs" / f"{digest}.json")
+    first = LlamaCppEngine(gguf_lm, n_ctx=512, cache_dir=tmp_path / "a")
+    second = LlamaCppEngine(gguf_lm, n_ctx=512, cache_dir=tmp_path / "b")
+    try:
+        assert first.cached_cost_curve() is not None
+        assert second.cost_curve().to_dict() == known.to_dict()
+    finally:
+        first.close()
+        second.close()
+    saved = load_cached(tmp_path / "b" / "costs" / f"{digest}.json")
+    assert saved is not None and saved.to_dict() == known.to_dict()

@@ -15,7 +15,9 @@ PROMPT = "Give one tip for sleeping well."
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(tmp_path_factory: pytest.TempPathFactory, default_lm: object) -> Iterator[Server]:
+    """default_lm has the run's torch cost curve measured: the server reads it rather than
+    timing the machine again before it listens."""
     running = Server(tmp_path_factory.mktemp("serve-torch"), "--engine", "torch")
     yield running
     assert running.stop() == 0, running.stderr()
