@@ -124,10 +124,15 @@ class TorchEngine:
     def fit(self, measure: bool = True) -> None:
         """Take the kernels measured fastest on this machine for each input size (measured with
         the cost curve, once per model, dtype, CPU and torch version, then cached). Not
-        measured yet and measure=False: the default kernels for now."""
+        measured yet and measure=False: those of ordinary steps for fixed-shape ones, else the
+        default kernels for now."""
         if self._fwd.fast:
             curve = self.cost_curve() if measure else self.cached_cost_curve()
-            self._fwd.plan = (curve.kernels if curve is not None else None) or DEFAULT_PLAN
+            plan = curve.kernels if curve is not None else None
+            if plan is None and self._static is not None:
+                with _CURVES_LOCK:
+                    plan = self._dynamic_kernels()
+            self._fwd.plan = plan or DEFAULT_PLAN
 
     def _curve_file(self, digest: str | None = None) -> Path | None:
         cache = self.cache_dir

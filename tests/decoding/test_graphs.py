@@ -101,12 +101,20 @@ def test_greedy_speculative_on_static_steps_equals_generate(
 ) -> None:
     """Plain and sam+tr on fixed-shape steps give transformers' own greedy tokens: single
     questions, a long passage (keys past one window) and a multi-turn chat (cache reused).
-    Plain decoding prices nothing, so it runs under one curve. Up to a minute on 2 cores
-    where it computes the shared reference replies first."""
+    Plain decoding prices nothing, so it runs under one curve. The kernels are those the run
+    measured for ordinary steps (the fixed steps' own costs are not timed: the curve is
+    given). Up to a minute on 2 cores where it computes the shared reference replies first."""
     params = SamplingParams(max_new_tokens=MAX_NEW)
     drafted = 0
+    ordinary = TorchEngine(default_lm).cost_curve().kernels
+    assert ordinary is not None
     for method in methods:
-        session = ChatSession(static_lm, DecodingConfig(method=method), cost_curve=curve)
+        config = DecodingConfig(method=method)
+        session = ChatSession(static_lm, config, cost_curve=curve, measure_first=False)
+        engine = session.engine
+        assert isinstance(engine, TorchEngine)
+        engine.fit(measure=False)
+        assert engine._fwd.plan == ordinary
         for prompt in (SINGLE_TURN[0], SINGLE_TURN[5], LONG_CONTEXT[0]):
             messages = [{"role": "user", "content": prompt}]
             ids, steps = _reply(session, messages, params)
