@@ -177,7 +177,7 @@ def load_lm(
     endpoints: Mapping[str, Endpoint] | None = None,
     cancelled: Callable[[], bool] = lambda: False,
 ) -> LoadedModel | RemoteModel:
-    """options: dtype / quantize / trust_remote_code, as ModelSpec takes them; engine: one of
+    """options: ModelSpec fields (dtype, quantize, trust_remote_code, cuda_graphs); engine: one of
     samchat.engines.ENGINES ("" = auto)."""
     from samchat.models.loader import ModelSpec
 

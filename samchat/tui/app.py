@@ -75,7 +75,7 @@ class SamchatApp(App[None]):
         self.theme_dirs = theme_dirs
         self.cost_curve = cost_curve  # a known verification-cost curve (else measured once)
         self.cache_dir = cache_dir  # measured costs and Token Recycling's table (None: not kept)
-        self.model_options = dict(model_options or {})  # dtype, quantize, trust_remote_code
+        self.model_options = dict(model_options or {})  # ModelSpec fields: launch.MODEL_OPTIONS
         self.data: backend.ChatData | None = None
         self.service: ChatService | None = None  # the turns of a chat, over `data`
         self.data_state = DataState.NONE

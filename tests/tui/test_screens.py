@@ -437,3 +437,24 @@ async def test_model_screen_offers_the_models_found_on_this_machine(
         options.highlighted = 1
         await pilot.press("enter")
         await wait_for(pilot, lambda: chosen == [("ollama:smol", "cpu", "auto")])
+
+
+async def test_cuda_graphs_on_the_command_line_reach_the_app() -> None:
+    """`samchat --cuda-graphs` loads the app's model with that option, as `ask` does: on a
+    CPU, the loader's one-line refusal, and the UI stays up."""
+    import torch
+
+    from samchat.cli import build_parser
+    from samchat.tui.launch import app_from_args
+
+    app = app_from_args(build_parser(with_commands=False).parse_args(["--cuda-graphs"]))
+    assert app.model_options["cuda_graphs"] is True
+    async with app.run_test(size=(120, 40)) as pilot:
+        if torch.cuda.is_available():
+            await wait_for(pilot, lambda: app.model_state == "ready", 120)
+            assert getattr(app.lm, "steps", None) == "graphs"
+            return
+        await wait_for(pilot, lambda: app.model_state == "failed", 60)
+        assert any("--cuda-graphs needs a CUDA GPU" in n for n in notices(app)), notices(app)
+        await pilot.press("f1")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
