@@ -24,6 +24,7 @@ from statistics import mean
 from typing import TYPE_CHECKING, Any
 
 from samchat.errors import SamchatError
+from samchat.messages import Message
 
 if TYPE_CHECKING:
     from samchat.models.loader import ModelSpec
@@ -440,7 +441,7 @@ class DecodeBench:
             index.flush()
         return summary
 
-    def _with_sources(self, lm: Any, messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    def _with_sources(self, lm: Any, messages: list[Message]) -> list[Message]:
         """The last user turn with the passages that answer it before it, fitted to the
         context less the reply's room (the same text for every method)."""
         from samchat.corpus.retrieval import fit, retrieve
@@ -550,7 +551,7 @@ class DecodeBench:
         label, method = split_key(key)
         lm = self.models[label]
         index = self.index_of[label]
-        messages: list[dict[str, str]] = []
+        messages: list[Message] = []
         total = Run(0, 0.0, 0, [])
         for turn in q.turns:
             messages.append({"role": "user", "content": turn})
@@ -577,7 +578,7 @@ class DecodeBench:
         return total
 
     def _session(
-        self, key: str, lm: Any, messages: list[dict[str, str]], run: Run
+        self, key: str, lm: Any, messages: list[Message], run: Run
     ) -> tuple[list[int], float, int]:
         """One reply; its per-drafter figures are added to `run`."""
         from samchat.decoding import ReplyDone, StepStats, TextDelta
@@ -628,7 +629,7 @@ class DecodeBench:
                     out[label]["long"] = curve.long.long_parts()
         return out
 
-    def _torch_pld(self, lm: Any, messages: list[dict[str, str]]) -> tuple[list[int], float, int]:
+    def _torch_pld(self, lm: Any, messages: list[Message]) -> tuple[list[int], float, int]:
         """transformers' own prompt lookup decoding on the same model."""
         import torch
 
@@ -662,9 +663,7 @@ class DecodeBench:
         # PLD drafts from the prompt from the first forward on: every call is a step.
         return out[0, input_ids.shape[1] :].tolist(), seconds, max(calls[0], 1)
 
-    def _llama_pld(
-        self, label: str, messages: list[dict[str, str]]
-    ) -> tuple[list[int], float, int]:
+    def _llama_pld(self, label: str, messages: list[Message]) -> tuple[list[int], float, int]:
         """llama-cpp-python's prompt lookup decoding, greedy, from the prompt samchat renders.
         Each eval() is one forward (the prompt, then the pending token plus the draft) that
         yields at least one token: every call is a step, as in samchat's count."""
@@ -707,7 +706,7 @@ def _strip_eos(ids: list[int], eos_ids: Sequence[int]) -> list[int]:
     return ids
 
 
-def render(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+def render(tokenizer: Any, messages: list[Message]) -> list[int]:
     """The prompt ids samchat's ChatSession renders for messages (assistant prompt appended)."""
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     ids: list[int] = tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from samchat.errors import SamchatError, StoreError
+from samchat.messages import Message
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -26,8 +27,6 @@ if TYPE_CHECKING:
 
     Model: TypeAlias = "LoadedModel | RemoteModel"  # run here, or by a server
     Replies: TypeAlias = "Generator | RemoteGenerator"  # what replies come from
-
-Message = dict[str, str]
 
 
 def title_from_prompt(text: str, width: int = 48) -> str:

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from samchat.chat.backend import ChatData, Message, title_from_prompt
+from samchat.chat.backend import ChatData, title_from_prompt
 from samchat.errors import SamchatError
+from samchat.messages import Message
 
 if TYPE_CHECKING:
     import threading

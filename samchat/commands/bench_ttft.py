@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from samchat.cli_options import add_model_options, spec_from_args
+from samchat.messages import Message
 
 TOPICS = (
     "the history of the printing press",
@@ -53,7 +54,7 @@ def measure(lm: Any, turns: int, max_new_tokens: int, method: str) -> list[dict[
     params = SamplingParams(max_new_tokens=max_new_tokens)
     reuse = ChatSession(lm, DecodingConfig(method=method))
     fresh = ChatSession(lm, DecodingConfig(method=method))
-    messages: list[dict[str, str]] = [{"role": "system", "content": "You are a helpful tutor."}]
+    messages: list[Message] = [{"role": "system", "content": "You are a helpful tutor."}]
     rows: list[dict[str, Any]] = []
     for i in range(turns):
         messages.append({"role": "user", "content": _user_turn(i)})

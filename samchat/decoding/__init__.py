@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from samchat.decoding.drafter import Drafter, Selector
     from samchat.decoding.events import Event, ReplyDone, ReplyStats, StepStats, TextDelta
     from samchat.decoding.params import METHODS, DecodingConfig, SamplingParams
-    from samchat.decoding.session import ChatSession, Message
+    from samchat.decoding.session import ChatSession
     from samchat.decoding.tree import DraftTree
 
 # name -> the module (under samchat.decoding) that defines it
@@ -30,7 +30,6 @@ _WHERE = {
     "DecodingConfig": "params",
     "SamplingParams": "params",
     "ChatSession": "session",
-    "Message": "session",
     "DraftTree": "tree",
 }
 
@@ -41,7 +40,6 @@ __all__ = [
     "DraftTree",
     "Drafter",
     "Event",
-    "Message",
     "ReplyDone",
     "ReplyStats",
     "SamplingParams",

@@ -3,8 +3,10 @@ question stay. Shared by the local session (counted in tokens) and remote replie
 
 from __future__ import annotations
 
+from samchat.messages import Message
 
-def drop_oldest_turn(messages: list[dict[str, str]]) -> int:
+
+def drop_oldest_turn(messages: list[Message]) -> int:
     """Remove the oldest non-system message before the last one, and the assistant replies that
     would then open the conversation; how many went (0: nothing left to drop)."""
     idx = next((i for i, m in enumerate(messages[:-1]) if m.get("role") != "system"), None)

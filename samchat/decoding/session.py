@@ -23,10 +23,10 @@ from samchat.decoding.sampling import Sampler
 from samchat.decoding.tree import DraftTree
 from samchat.engines import Engine, open_engine
 from samchat.errors import SamchatError
+from samchat.messages import Message
 
 log = logging.getLogger(__name__)
 
-Message = dict[str, str]
 
 PREFILL_CHUNK = 2048
 # A plain step is forced when none ran for this many steps (replies included), so the one-token

@@ -13,6 +13,7 @@ from samchat.decoding.context_fit import drop_oldest_turn, dropped_notice
 from samchat.decoding.events import Event, ReplyDone, ReplyStats, TextDelta
 from samchat.decoding.params import SamplingParams, from_mapping
 from samchat.errors import SamchatError
+from samchat.messages import Message
 from samchat.remote import REMOTE
 from samchat.remote.aio import Cancelled, PrivateLoop
 from samchat.remote.client import RemoteError, RemoteModel, async_client, explain, not_openai
@@ -51,7 +52,7 @@ class RemoteGenerator:
 
     def fit_sources(
         self,
-        history: list[dict[str, str]],
+        history: list[Message],
         question: str,
         sources: Sequence[Source],
         sampling: dict[str, Any],
@@ -73,9 +74,7 @@ class RemoteGenerator:
             limit=self.lm.context_limit - params.max_new_tokens,
         )
 
-    def _fit(
-        self, messages: list[dict[str, str]], max_new_tokens: int
-    ) -> tuple[list[dict[str, str]], str]:
+    def _fit(self, messages: list[Message], max_new_tokens: int) -> tuple[list[Message], str]:
         """The messages without the oldest non-system turns that the endpoint's context cannot
         hold beside the reply (counted as fit_sources counts), and the notice a local session
         gives for the same."""
@@ -98,7 +97,7 @@ class RemoteGenerator:
         return msgs, dropped_notice(dropped)
 
     def generate(
-        self, messages: list[dict[str, str]], sampling: dict[str, Any], cancel: threading.Event
+        self, messages: list[Message], sampling: dict[str, Any], cancel: threading.Event
     ) -> Iterator[Event]:
         """Stream the reply; `cancel` drops the connection at once, even while the server is
         silent. A stream the server breaks off keeps its text (finish reason "interrupted",

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from samchat.serve.protocol import Message
+from samchat.messages import Message
 
 if TYPE_CHECKING:
     from samchat.decoding.events import ReplyDone

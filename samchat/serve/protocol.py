@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from samchat.decoding.params import KnobError, SamplingParams, from_mapping
+from samchat.messages import Message
 
 if TYPE_CHECKING:
     from samchat.decoding.events import ReplyDone
 
-Message = dict[str, str]
 
 MAX_BODY_BYTES = 4 * 1024 * 1024  # a request body larger than this gets 413
 MAX_MESSAGES = 2048  # a conversation longer than this gets 413

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from samchat.errors import SamchatError
-from samchat.serve.protocol import ApiError, Message
+from samchat.messages import Message
+from samchat.serve.protocol import ApiError
 
 if TYPE_CHECKING:
     from samchat.chat.record import ReplyRecorder

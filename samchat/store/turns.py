@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from samchat.messages import Message
 from samchat.store.store import Store
 
 TITLE_CHARS = 60
@@ -19,7 +20,7 @@ def title_from(prompt: str) -> str:
 class Turn:
     chat_id: int | None  # None when nothing is saved (--no-save on a new chat)
     user_message_id: int | None
-    messages: list[dict[str, str]]  # what to send to the model: system?, history, the question
+    messages: list[Message]  # what to send to the model: system?, history, the question
 
 
 def begin_turn(
@@ -34,7 +35,7 @@ def begin_turn(
     """Start a turn: a new chat, or `chat_id` continued from the end of its latest branch. With
     `save`, the question is committed now, so a crash mid-reply keeps it. `system` replaces the
     chat's system prompt when continuing."""
-    history: list[dict[str, str]] = []
+    history: list[Message] = []
     parent: int | None = None
     if chat_id is not None:
         if store is None:

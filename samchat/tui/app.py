@@ -20,6 +20,7 @@ from samchat.chat import backend
 from samchat.chat.config import Config, ConfigError, load_config, save_config
 from samchat.chat.service import ChatService
 from samchat.errors import SamchatError
+from samchat.models.default import DEFAULT_MODEL_NAME
 from samchat.tui.guard import guarded
 from samchat.tui.keys import ACTIONS, APP_ACTIONS, app_bindings, binding_id
 from samchat.tui.screens.chat import ChatScreen
@@ -139,7 +140,7 @@ class SamchatApp(App[None]):
     def model_name(self) -> str:
         if self.lm is not None:
             return str(self.lm.name)
-        return self.model_source or "SmolLM2-135M-Instruct"
+        return self.model_source or DEFAULT_MODEL_NAME
 
     def error(self, exc: BaseException | str, title: str = "Error") -> None:
         self.notify(str(exc), severity="error", title=title, timeout=10)
