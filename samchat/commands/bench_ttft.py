@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from samchat.cli_options import add_model_options, spec_from_args
+from samchat.decoding.params import METHODS, DecodingConfig
 from samchat.messages import Message
 
 TOPICS = (
@@ -36,7 +37,12 @@ def register_bench(sub: Any) -> None:
     parser = sub.add_parser("ttft", help="time to first token over a long chat, KV reuse vs none")
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--method", default="sam+tr")
+    parser.add_argument(
+        "--method",
+        default=DecodingConfig().method,
+        choices=METHODS,
+        help="how to decode (default: the chat default, %(default)s)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     add_model_options(parser)
     parser.set_defaults(func=run)
@@ -49,7 +55,7 @@ def _user_turn(i: int) -> str:
 
 def measure(lm: Any, turns: int, max_new_tokens: int, method: str) -> list[dict[str, Any]]:
     """One chat per mode, same questions; the reused chat's answers feed both histories."""
-    from samchat.decoding import ChatSession, DecodingConfig, ReplyDone, SamplingParams
+    from samchat.decoding import ChatSession, ReplyDone, SamplingParams
 
     params = SamplingParams(max_new_tokens=max_new_tokens)
     reuse = ChatSession(lm, DecodingConfig(method=method))

@@ -19,11 +19,11 @@ from textual.worker import Worker, WorkerState
 
 from samchat.engines.base import ENGINES
 from samchat.models.catalog import ModelEntry, list_models
+from samchat.models.device import DEVICES
 
 if TYPE_CHECKING:
     from samchat.remote.endpoint import Endpoint
 
-DEVICES = ("auto", "cpu", "cuda", "mps")
 DEFAULT_LABEL = "default: SmolLM2-135M-Instruct (bundled, offline)"
 ENGINE_HELP = "auto: llama.cpp for a .gguf model on the CPU, else torch"
 
