@@ -219,22 +219,24 @@ def measure_engine(
     gen = random.Random(0)
     stream = [gen.randrange(vocab) for _ in range(max(context, *long_contexts, 0))]
     engine.reset()
-    engine.prefill(stream[:context])
-    curve = _measure_engine_at(engine, gen, vocab, context, reps, SIZES, clock, cancelled)
-    last = curve
-    for long_context in sorted(long_contexts):
-        if long_context <= last.context:
-            continue
-        # The cache keeps the context measured before: only the tokens after it are read.
-        engine.prefill(stream[last.context : long_context])
-        # Up to 16 inputs (beyond, the curve goes on along its last slope), fewer rounds: the
-        # long forwards are the slow ones, and this runs the first time a model is used.
-        sizes = tuple(n for n in SIZES if n <= 16)
-        last.long = _measure_engine_at(
-            engine, gen, vocab, long_context, min(reps, 3), sizes, clock, cancelled
-        )
-        last = last.long
-    engine.reset()
+    try:  # emptied however it ends: a session's own engine must not keep random rows
+        engine.prefill(stream[:context])
+        curve = _measure_engine_at(engine, gen, vocab, context, reps, SIZES, clock, cancelled)
+        last = curve
+        for long_context in sorted(long_contexts):
+            if long_context <= last.context:
+                continue
+            # The cache keeps the context measured before: only the tokens after it are read.
+            engine.prefill(stream[last.context : long_context])
+            # Up to 16 inputs (beyond, the curve goes on along its last slope), fewer rounds:
+            # the long forwards are the slow ones, and this runs the first time a model is used.
+            sizes = tuple(n for n in SIZES if n <= 16)
+            last.long = _measure_engine_at(
+                engine, gen, vocab, long_context, min(reps, 3), sizes, clock, cancelled
+            )
+            last = last.long
+    finally:
+        engine.reset()
     return curve
 
 
@@ -250,9 +252,9 @@ def _measure_engine_at(
 ) -> CostCurve:
     """Each size as decoding meets it: a draft forward between one-token forwards, priced with
     the one-token forward after it (a switch of batch shape costs both: llama.cpp rebuilds its
-    graph, 1-2 ms each on a 2-core CPU), against one-token forwards in a row. Timing the sizes
-    back to back instead put a 64-row forward before every one-token reference and made drafts
-    look up to 15% cheaper than decoding found them. The engine holds `context` tokens."""
+    graph), against one-token forwards in a row. Timing the sizes back to back instead put a
+    64-row forward before every one-token reference and made drafts look cheaper than decoding
+    found them (docs/benchmarks.md). The engine holds `context` tokens."""
     inputs = {n: [gen.randrange(vocab) for _ in range(n)] for n in sorted({1, *sizes})}
 
     def timed(n: int) -> float:
@@ -391,6 +393,21 @@ def load_or_measure(
     if cache_file is not None:
         save_curve(curve, cache_file, about)
     return curve
+
+
+_KEPT: set[Path] = set()
+
+
+def keep_cached(
+    curve: CostCurve, cache_file: Path | None, about: dict[str, str] | None = None
+) -> None:
+    """A curve this process knows (measured, or read from another cache) goes into a cache that
+    lacks a readable one; tried once per file per process, however often replies ask."""
+    if cache_file is None or cache_file in _KEPT:
+        return
+    _KEPT.add(cache_file)
+    if load_cached(cache_file) is None:
+        save_curve(curve, cache_file, about)
 
 
 def save_curve(curve: CostCurve, cache_file: Path, about: dict[str, str] | None = None) -> None:

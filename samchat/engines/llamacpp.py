@@ -23,10 +23,10 @@ import torch
 
 from samchat.decoding.budget import (
     CostCurve,
+    keep_cached,
     load_cached,
     load_or_measure,
     measure_engine,
-    save_curve,
 )
 from samchat.engines.llamacpp_model import llama, system_info, threads, version
 from samchat.errors import SamchatError
@@ -287,8 +287,8 @@ class LlamaCppEngine:
 
                 curve = load_or_measure(measure, self._curve_file(digest))
                 _CURVES[digest] = curve
-            elif (file := self._curve_file(digest)) is not None and not file.exists():
-                save_curve(curve, file)  # measured here by an engine without a cache
+            else:
+                keep_cached(curve, self._curve_file(digest))
         return curve
 
     def describe(self) -> str:

@@ -13,11 +13,11 @@ import torch
 from samchat.decoding import fastpath
 from samchat.decoding.budget import (
     CostCurve,
+    keep_cached,
     load_cached,
     load_or_measure,
     measure_cost_curve,
     measure_engine,
-    save_curve,
 )
 from samchat.decoding.forward import ModelForward
 from samchat.decoding.graphs import StaticSteps
@@ -171,12 +171,16 @@ class TorchEngine:
         text = "|".join((about or self._about()).values())
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
+    def _ordinary_about(self) -> dict[str, str]:
+        """What ordinary steps of this model are measured as (fixed steps add "steps")."""
+        about = self._about()
+        about.pop("steps", None)
+        return about
+
     def _dynamic_kernels(self) -> KernelPlan | None:
         """The kernel plan already measured for this model on ordinary steps, if any: fixed
         steps run the same kernels (call with _CURVES_LOCK held)."""
-        about = self._about()
-        about.pop("steps", None)
-        digest = self._digest(about)
+        digest = self._digest(self._ordinary_about())
         curve = _CURVES.get(digest) or load_cached(self._curve_file(digest))
         return curve.kernels if curve is not None else None
 
@@ -193,6 +197,10 @@ class TorchEngine:
                         measured = measure_cost_curve(model, device, cancelled=cancelled)
                         if self._static is None:
                             return measured
+                        # What ordinary steps of this model will read, not measure, later.
+                        ordinary = self._ordinary_about()
+                        _CURVES[self._digest(ordinary)] = measured
+                        keep_cached(measured, self._curve_file(self._digest(ordinary)), ordinary)
                         kernels = measured.kernels
                     # The kernels of ordinary steps; the costs as fixed-shape steps run them.
                     self._fwd.plan = kernels or DEFAULT_PLAN
@@ -202,8 +210,8 @@ class TorchEngine:
 
                 curve = load_or_measure(measure, self._curve_file(), about=self._about())
                 _CURVES[digest] = curve
-            elif (file := self._curve_file()) is not None and not file.exists():
-                save_curve(curve, file, self._about())  # measured here by an engine without one
+            else:
+                keep_cached(curve, self._curve_file(), self._about())
         return curve
 
     def describe(self) -> str:

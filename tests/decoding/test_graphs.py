@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from samchat.decoding import (
     TextDelta,
     budget,
 )
-from samchat.decoding.budget import CostCurve, load_cached, load_or_measure
+from samchat.decoding.budget import CostCurve, load_or_measure
 from samchat.decoding.forward import ModelForward
 from samchat.decoding.graphs import StaticSteps, bucket
 from samchat.decoding.kernels import KernelPlan
@@ -191,5 +192,17 @@ def test_fixed_steps_take_the_kernels_measured_for_ordinary_steps(
     fixed = TorchEngine(static_lm, tmp_path)
     curve = fixed.cost_curve()
     assert curve.kernels == plan and fixed._fwd.plan == plan
-    assert fixed._curve_file() != ordinary._curve_file()  # its own costs, cached apart
-    assert load_cached(fixed._curve_file()) is not None
+    saved = fixed._curve_file()
+    assert saved is not None and saved != ordinary._curve_file()  # its own costs, cached apart
+    assert json.loads(saved.read_text())["kernels"] == plan.to_dict()
+
+    # Fixed steps first on a new machine: the kernels they measure are kept for ordinary steps.
+    monkeypatch.setattr(torch_engine, "_CURVES", {})
+    timed = functools.partial(budget.measure_cost_curve, context=32, reps=1)
+    monkeypatch.setattr(torch_engine, "measure_cost_curve", timed)
+    first = TorchEngine(static_lm, tmp_path / "new").cost_curve()
+    monkeypatch.setattr(torch_engine, "measure_cost_curve", fail)
+    later = TorchEngine(default_lm, tmp_path / "new")
+    assert first.kernels is not None and later.cost_curve().kernels == first.kernels
+    kept = later._curve_file()
+    assert kept is not None and json.loads(kept.read_text())["kernels"] == first.kernels.to_dict()

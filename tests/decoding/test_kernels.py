@@ -131,8 +131,9 @@ def test_the_engine_runs_the_measured_plan(
     from samchat.engines.torch_engine import TorchEngine
 
     monkeypatch.setattr(torch_engine, "_CURVES", {})  # measure here, whatever ran before
-    # One round after a short context: this checks where the plan goes, not its precision.
-    quick = functools.partial(budget.measure_cost_curve, context=64, reps=1)
+    # A short context and three rounds (the median outlasts one stall of a busy machine): this
+    # checks where the plan goes, not its precision.
+    quick = functools.partial(budget.measure_cost_curve, context=64, reps=3)
     monkeypatch.setattr(torch_engine, "measure_cost_curve", quick)
     engine = TorchEngine(default_lm, tmp_path)
     assert engine._fwd.plan == DEFAULT_PLAN

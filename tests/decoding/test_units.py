@@ -18,6 +18,7 @@ from samchat.decoding.budget import (
     AcceptanceModel,
     CostCurve,
     CostTracker,
+    MeasurementCancelled,
     best_sequence_length,
     bucket,
     load_or_measure,
@@ -152,16 +153,19 @@ class _SwitchingEngine:
         self.now = 0.0
         self.last = 0
         self.read = 0  # prompt tokens prefilled
+        self.length = 0  # rows in the cache
 
     def clock(self) -> float:
         return self.now
 
     def reset(self) -> None:
         self.last = 0
+        self.length = 0
 
     def prefill(self, ids: list[int], logits: int = 0) -> None:
         self.last = len(ids)
         self.read += len(ids)
+        self.length += len(ids)
 
     def forward(self, ids: list[int], layout: Any = None) -> Any:
         n = len(ids)
@@ -186,6 +190,18 @@ def test_engine_curve_prices_a_draft_as_decoding_meets_it() -> None:
     assert curve.long is not None and curve.long.context == 16
     assert curve.long.rel(16) == pytest.approx(19.0)
     assert engine.read == 16  # the long context extends the short one: no token read twice
+    assert engine.length == 0  # emptied afterwards
+
+
+def test_a_stopped_measurement_leaves_the_engine_empty() -> None:
+    """A session's own engine may be the one timed: stopped or failed, it keeps no random rows."""
+    engine = _SwitchingEngine()
+    asked = iter(range(1000))
+    with pytest.raises(MeasurementCancelled):
+        measure_engine(
+            engine, 100, context=8, reps=3, clock=engine.clock, cancelled=lambda: next(asked) > 5
+        )  # type: ignore[arg-type]
+    assert engine.read == 8 and engine.length == 0
     assert measure_engine(engine, 100, reps=0, clock=engine.clock).xs == [1]  # nothing timed
 
 

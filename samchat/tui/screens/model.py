@@ -19,12 +19,13 @@ from textual.worker import Worker, WorkerState
 
 from samchat.engines.base import ENGINES
 from samchat.models.catalog import ModelEntry, list_models
+from samchat.models.default import DEFAULT_MODEL_NAME
 from samchat.models.device import DEVICES
 
 if TYPE_CHECKING:
     from samchat.remote.endpoint import Endpoint
 
-DEFAULT_LABEL = "default: SmolLM2-135M-Instruct (bundled, offline)"
+DEFAULT_LABEL = f"default: {DEFAULT_MODEL_NAME} (bundled, offline)"
 ENGINE_HELP = "auto: llama.cpp for a .gguf model on the CPU, else torch"
 
 
