@@ -31,7 +31,7 @@ async def _render(out: Path, size: tuple[int, int]) -> None:
     cfg = Config()
     cfg.sampling["max_new_tokens"] = 96
     # The default cost curve: the picture does not need this machine timed first.
-    app = SamchatApp(lm=lm, config=cfg, cost_curve=CostCurve.default(lm.device))
+    app = SamchatApp(lm=lm, config=cfg, cost_curve=CostCurve.default(lm.device_type))
     async with app.run_test(size=size) as pilot:
         for n, prompt in enumerate(PROMPTS, start=1):
             app.chat.prompt.insert(prompt)

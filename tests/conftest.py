@@ -53,13 +53,11 @@ def shared_costs(
     from samchat.engines.llamacpp_model import unavailable_reason
 
     if unavailable_reason() is None:  # without llama.cpp its own tests fail, not every test
-        import torch
-
         from samchat.decoding.budget import CostCurve, save_curve
         from samchat.engines.llamacpp import LlamaCppEngine, curve_digest
 
         gguf_lm = request.getfixturevalue("gguf_lm")
-        save_curve(CostCurve.default(torch.device("cpu")), path / f"{curve_digest(gguf_lm)}.json")
+        save_curve(CostCurve.default("cpu"), path / f"{curve_digest(gguf_lm)}.json")
         # Read once through an engine: the process's own memo has it too, so that engines
         # without a cache (the benches') take it as well.
         engine = LlamaCppEngine(gguf_lm, n_ctx=512, cache_dir=path.parent)

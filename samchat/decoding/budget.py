@@ -18,8 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from samchat.decoding.kernels import KernelPlan, measure_kernels, plan_from
 from samchat.errors import SamchatError
 
@@ -149,23 +147,17 @@ class CostCurve:
         return curve
 
     @classmethod
-    def default(cls, device: torch.device) -> CostCurve:
-        return cls(DEFAULT_CPU if device.type == "cpu" else DEFAULT_GPU)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    def default(cls, device_type: str) -> CostCurve:
+        return cls(DEFAULT_CPU if device_type == "cpu" else DEFAULT_GPU)
 
 
 class MeasurementCancelled(SamchatError):
     """A cost-curve measurement stopped because its caller asked (nothing is cached)."""
 
 
-@torch.inference_mode()
 def measure_cost_curve(
     model: Any,
-    device: torch.device,
+    device: Any,
     context: int = 256,
     reps: int = 4,
     cancelled: Callable[[], bool] | None = None,
@@ -177,30 +169,37 @@ def measure_cost_curve(
     Sizes and kernels are interleaved round by round and each keeps its median time, so that
     bursts of load from other processes hit all alike (the fastest of a few runs is a lucky
     draw that flatters single-token forwards most)."""
+    import torch  # the torch engine's measurement: only it pays for the import
+
     from samchat.decoding.forward import ModelForward
     from samchat.decoding.kvcache import KVCache
 
-    kv = KVCache(model)
-    forward = ModelForward(model)  # the same path verification takes
-    vocab = int(model.config.vocab_size)
-    gen = torch.Generator().manual_seed(0)
-    ctx = torch.randint(0, vocab, (1, context), generator=gen).to(device)
-    forward(ctx, kv.cache, last_only=True)
-    inputs = {n: torch.randint(0, vocab, (1, n), generator=gen).to(device) for n in SIZES}
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
-    def run(n: int, kernel: str) -> float:
-        if cancelled is not None and cancelled():
-            raise MeasurementCancelled("the cost-curve measurement was stopped")
-        forward.plan = KernelPlan.only(kernel)
-        _sync(device)
-        t0 = time.perf_counter()
-        forward(inputs[n], kv.cache)
-        _sync(device)
-        dt = time.perf_counter() - t0
-        kv.crop(context)
-        return dt
+    with torch.inference_mode():
+        kv = KVCache(model)
+        forward = ModelForward(model)  # the same path verification takes
+        vocab = int(model.config.vocab_size)
+        gen = torch.Generator().manual_seed(0)
+        ctx = torch.randint(0, vocab, (1, context), generator=gen).to(device)
+        forward(ctx, kv.cache, last_only=True)
+        inputs = {n: torch.randint(0, vocab, (1, n), generator=gen).to(device) for n in SIZES}
 
-    plan, med = measure_kernels(run, SIZES, forward.candidates, reps)
+        def run(n: int, kernel: str) -> float:
+            if cancelled is not None and cancelled():
+                raise MeasurementCancelled("the cost-curve measurement was stopped")
+            forward.plan = KernelPlan.only(kernel)
+            sync()
+            t0 = time.perf_counter()
+            forward(inputs[n], kv.cache)
+            sync()
+            dt = time.perf_counter() - t0
+            kv.crop(context)
+            return dt
+
+        plan, med = measure_kernels(run, SIZES, forward.candidates, reps)
     return CostCurve({n: t / med[1] for n, t in med.items()}, kernels=plan)
 
 

@@ -130,7 +130,7 @@ class StaticSteps:
         if layout is None:
             new.masked_fill_(torch.ones((n, n), dtype=torch.bool, device=dev).tril(), 0.0)
         else:
-            shape.pos[:, :n] = layout.position_ids(length, dev)
+            shape.pos[0, :n] = torch.tensor(layout.depths, device=dev) + length
             rows_, cols = (torch.tensor(t, device=dev) for t in (layout.rows, layout.cols))
             new[rows_, cols] = 0.0
         mask[n:, 0] = 0.0  # padding rows attend to something: no row of NaNs

@@ -6,10 +6,9 @@ topk(logits_j, k). A draft starts at the last committed token; a template node w
 (r1, ..., rd) takes rank rd among the candidates of its parent's token. The table persists
 across turns and chats (saved per model in the cache directory), so a new session starts warm.
 
-The table is an int32 torch tensor on the device of the logits it learns from (created on the
-CPU, where it shares memory with a numpy array; saved as a `.npy` file). Learning and drafting
-stay on that device: observe() reads nothing back to the host, and propose() gathers the tree
-level by level (one small gather per depth) and reads its tokens back once.
+The table is an int32 numpy array (saved as a `.npy` file); the logits it learns from come to
+the host from every engine. propose() gathers the tree level by level, one small gather per
+depth.
 
 When the last token has no row yet (a bonus token never fed to the model), the tree's first
 level is instead the tokens the model has emitted most often in this session (a fallback row
@@ -32,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from samchat.decoding.budget import FLAT_COST
 from samchat.decoding.drafter import Drafter
@@ -109,23 +107,46 @@ def smoothed(prior: Sequence[float], weight: float, hits: Sequence[int], seen: i
     return [(p * weight + h) / total for p, h in zip(prior, hits, strict=True)]
 
 
-def host_gathers(device: torch.device) -> bool:
-    """Whether propose() gathers with numpy (a table on the CPU, whose memory numpy shares:
-    a small numpy gather costs about a microsecond, torch's several) or torch (on device)."""
-    return device.type == "cpu"
+# top_k_rows reads a row in blocks of this many logits: the k best lie in the k blocks with
+# the highest maxima, so only those are sorted (a full partition of the row costs ten times more).
+_BLOCK = 128
+
+IntArray = np.ndarray[Any, np.dtype[np.int64]]
+
+
+def top_k_rows(logits: np.ndarray[Any, np.dtype[np.float32]], k: int) -> IntArray:
+    """Each row's k highest-scoring token ids, best first: (rows, k)."""
+    rows, vocab = logits.shape
+    if vocab <= k * _BLOCK:
+        idx = np.argpartition(logits, vocab - k, axis=-1)[:, vocab - k :]
+    else:
+        whole = vocab // _BLOCK * _BLOCK
+        maxima = logits[:, :whole].reshape(rows, -1, _BLOCK).max(-1)
+        if whole < vocab:  # the ragged tail is one more block
+            maxima = np.concatenate([maxima, logits[:, whole:].max(-1, keepdims=True)], axis=1)
+        nb = maxima.shape[1]
+        blocks = np.argpartition(maxima, nb - k, axis=-1)[:, nb - k :]
+        cand = (blocks[:, :, None] * _BLOCK + np.arange(_BLOCK)).reshape(rows, -1)
+        outside = cand >= vocab  # past the tail: never chosen
+        vals = np.take_along_axis(logits, np.minimum(cand, vocab - 1), axis=-1)
+        vals[outside] = -np.inf
+        pick = np.argpartition(vals, vals.shape[1] - k, axis=-1)[:, vals.shape[1] - k :]
+        idx = np.take_along_axis(cand, pick, axis=-1)
+    order = np.argsort(-np.take_along_axis(logits, idx, axis=-1), axis=-1, kind="stable")
+    out: IntArray = np.take_along_axis(idx, order, axis=-1)
+    return out
 
 
 class _Plan:
     """A template as gathers from the flattened table: per depth, each node's parent (an index
     into the depth above) and rank. `parents` numbers the nodes for the DraftTree."""
 
-    __slots__ = ("host", "levels", "parents")
+    __slots__ = ("levels", "parents")
 
-    def __init__(self, template: Sequence[tuple[int, ...]], device: torch.device) -> None:
+    def __init__(self, template: Sequence[tuple[int, ...]]) -> None:
         node_of = {path: i for i, path in enumerate(template)}
         self.parents = [node_of[p[:-1]] if len(p) > 1 else -1 for p in template]
-        self.host = host_gathers(device)
-        self.levels: list[tuple[Any, Any]] = []
+        self.levels: list[tuple[IntArray, IntArray]] = []
         first: dict[int, int] = {}  # depth -> its first node (the template is by depth)
         for i, path in enumerate(template):
             first.setdefault(len(path), i)
@@ -134,41 +155,26 @@ class _Plan:
             above = first.get(depth - 1, 0)  # depth 1 has no parent level: rel unused
             rel = np.array([max(self.parents[i] - above, 0) for i in nodes], dtype=np.int64)
             ranks = np.array([template[i][-1] for i in nodes], dtype=np.int64)
-            if self.host:
-                self.levels.append((rel, ranks))
-            else:
-                self.levels.append(
-                    (torch.from_numpy(rel).to(device), torch.from_numpy(ranks).to(device))
-                )
+            self.levels.append((rel, ranks))
 
     def candidates(self, flat: Any, k: int, last: int, first: Any = None) -> list[int]:
-        """Each node's candidate (-1 under a missing one), numpy or torch alike; `first`: the
-        row to take the first level from instead of last's."""
+        """Each node's candidate (-1 under a missing one); `first`: the row to take the first
+        level from instead of last's."""
         ranks = self.levels[0][1]
         level = flat.take(ranks + k * last) if first is None else first.take(ranks)
         found = [level]
         for rel, ranks in self.levels[1:]:
-            # Under a -1 parent the index wraps to the last row (numpy and torch wrap
-            # negative indices): propose() drops those nodes with their parent.
+            # Under a -1 parent the index wraps to the last row (numpy wraps negative
+            # indices): propose() drops those nodes with their parent.
             level = flat.take(ranks + k * level.take(rel))
             found.append(level)
-        joined = np.concatenate(found) if self.host else torch.cat(found)
-        out: list[int] = joined.tolist()  # the one read back to the host
+        out: list[int] = np.concatenate(found).tolist()
         return out
 
 
 def _size(max_nodes: int) -> int:
     """The largest tree size that fits in max_nodes (0 if none does)."""
     return max((s for s in SIZES if s <= max_nodes), default=0)
-
-
-def _index(values: list[int], device: torch.device) -> torch.Tensor:
-    # Through numpy: three times faster than torch.tensor(list).
-    t = torch.from_numpy(np.array(values, dtype=np.int64))
-    if device.type == "cuda":
-        # Pinned and non-blocking: a pageable copy could wait for the queued forward.
-        return t.pin_memory().to(device, non_blocking=True)
-    return t if device.type == "cpu" else t.to(device)
 
 
 class TokenRecyclingDrafter(Drafter):
@@ -182,9 +188,8 @@ class TokenRecyclingDrafter(Drafter):
         table = self._load(path) if path is not None else None
         if table is None:
             table = np.full((vocab_size, k), -1, dtype=np.int32)
-        self.adj = torch.from_numpy(table)  # written by observe() only
-        # numpy's view of it while it is on the CPU: propose() gathers there.
-        self._host_flat: np.ndarray[Any, np.dtype[np.int32]] | None = table.reshape(-1)
+        self.adj = table  # written by observe() only
+        self._flat = table.reshape(-1)  # a view: propose() gathers from it
         # Rows with a rank-0 candidate, kept on the host: the selector asks every step.
         self._known = table[:, 0] >= 0
         # How often the model emitted each token this session: the fallback row's source.
@@ -194,9 +199,9 @@ class TokenRecyclingDrafter(Drafter):
         self._top: list[int] = []  # the k most emitted, most first (ties: lower id first)
         self.fallback_hits = [0] * k
         self.fallback_seen = 0
-        # Rank hits and rows seen beyond the prior, summed on the table's device.
-        self.hits = torch.zeros(k, dtype=torch.int64)
-        self.seen = torch.zeros((), dtype=torch.int64)
+        # Rank hits and rows seen beyond the prior.
+        self.hits = np.zeros(k, dtype=np.int64)
+        self.seen = 0
         self._plans: dict[int, _Plan] = {}
         self._dirty = False
         self._last = -1
@@ -233,7 +238,7 @@ class TokenRecyclingDrafter(Drafter):
         if table.min() < -1 or table.max() >= self.vocab_size:
             log.warning("ignoring Token Recycling table %s with out-of-range ids", path)
             return None
-        # C order: numpy's flat view and torch's must be the same memory.
+        # C order: the flat view propose() gathers from must be the table's own memory.
         loaded: np.ndarray[Any, np.dtype[np.int32]] = np.ascontiguousarray(table)
         return loaded
 
@@ -244,7 +249,7 @@ class TokenRecyclingDrafter(Drafter):
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             tmp = self.path.with_name(self.path.name + f".{os.getpid()}.tmp")
             with open(tmp, "wb") as fh:
-                np.save(fh, self.adj.cpu().numpy(), allow_pickle=False)
+                np.save(fh, self.adj, allow_pickle=False)
             os.replace(tmp, self.path)
             self._dirty = False
         except OSError as exc:  # a read-only cache only costs a cold start next time
@@ -253,19 +258,11 @@ class TokenRecyclingDrafter(Drafter):
     def finish(self) -> None:
         self.save()
 
-    def _move(self, device: torch.device) -> None:
-        self.adj = self.adj.to(device)
-        self._host_flat = self.adj.numpy().reshape(-1) if device.type == "cpu" else None
-        self.hits = self.hits.to(device)
-        self.seen = self.seen.to(device)
-        self._plans.clear()
-
     # -- statistics ---------------------------------------------------------------------------
 
     @property
     def rank_rates(self) -> list[float]:
-        counts = torch.cat([self.hits, self.seen.view(1)]).tolist()  # the one read back
-        return smoothed(_PRIOR_RANK[: self.k], _PRIOR_WEIGHT, counts[:-1], counts[-1])
+        return smoothed(_PRIOR_RANK[: self.k], _PRIOR_WEIGHT, self.hits.tolist(), self.seen)
 
     @property
     def fallback_rates(self) -> list[float]:
@@ -352,15 +349,13 @@ class TokenRecyclingDrafter(Drafter):
         self._pending_prediction = expected[size]
         plan = self._plans.get(size)
         if plan is None:
-            plan = self._plans[size] = _Plan(self._templates[size], self.adj.device)
-        flat = self._host_flat if plan.host else self.adj.view(-1)
-        first: Any = None  # the fallback row, numpy or torch as the gathers
+            plan = self._plans[size] = _Plan(self._templates[size])
+        first = None  # the fallback row
         if not self._known[self._last]:
             # The k most emitted tokens, most first (-1 where fewer were emitted).
-            row = np.full(self.k, -1, dtype=np.int32)
-            row[: len(self._top)] = self._top
-            first = row if plan.host else torch.from_numpy(row).to(self.adj.device)
-        cand = plan.candidates(flat, self.k, self._last, first)
+            first = np.full(self.k, -1, dtype=np.int32)
+            first[: len(self._top)] = self._top
+        cand = plan.candidates(self._flat, self.k, self._last, first)
         if -1 not in cand:
             return DraftTree(cand, list(plan.parents), self.name)
         # Drop the nodes without a candidate, and their subtrees.
@@ -377,33 +372,20 @@ class TokenRecyclingDrafter(Drafter):
 
     def observe(self, input_ids: Sequence[int], logits: Any) -> None:
         """adj[input_j] = topk(logits_j): every verified position, accepted or not."""
-        # Inference mode whatever the caller's: tensors made here are then always updated
-        # in the mode they were made in.
-        with torch.inference_mode():
-            self._observe([int(t) for t in input_ids], logits)
+        ids = [int(t) for t in input_ids]
+        top = top_k_rows(logits, self.k).astype(np.int32)
+        old = self.adj[ids]
+        # Where did the model's own choice sit among the old candidates?
+        known = old[:, 0] >= 0
+        self.hits += ((old == top[:, :1]) & known[:, None]).sum(0)
+        self.seen += int(known.sum())
+        # A repeated id keeps its last row.
+        last = {t: j for j, t in enumerate(ids)}
+        if len(last) < len(ids):
+            top = top[list(last.values())]
+        self.adj[list(last)] = top
+        self._known[list(last)] = True
         self._dirty = True
         self._since_refresh += 1
         if self._since_refresh >= 32:
             self._refresh()
-
-    def _observe(self, ids: list[int], logits: torch.Tensor) -> None:
-        device = logits.device
-        if device != self.adj.device:
-            self._move(device)
-        # Functional index ops: tensor[...] syntax costs several times more on a CPU.
-        top = torch.topk(logits, self.k, dim=-1).indices
-        rows = _index(ids, device)
-        old = self.adj.index_select(0, rows)
-        # Where did the model's own choice sit among the old candidates?
-        known = old.select(1, 0) >= 0
-        self.hits += (old.eq(top.narrow(1, 0, 1)) & known.unsqueeze(1)).sum(0)
-        self.seen += known.sum()
-        # A repeated id keeps its last row (as numpy's assignment did): deduplicated here,
-        # since a scatter with repeated indices has no defined winner on a GPU.
-        last = {t: j for j, t in enumerate(ids)}
-        top = top.to(torch.int32)
-        if len(last) < len(ids):
-            rows = _index(list(last), device)
-            top = top.index_select(0, _index(list(last.values()), device))
-        self.adj.index_copy_(0, rows, top)
-        self._known[list(last)] = True

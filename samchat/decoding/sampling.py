@@ -7,48 +7,59 @@ and renormalised; if all are rejected, sample the bonus from the final residual.
 that this commits token x is exactly p(x), the same as drawing x ~ p once and descending into the
 child holding x if there is one. samchat does the latter: one draw per committed token, so with
 the same seed, speculative sampling commits exactly the tokens plain sampling commits.
+
+Logits rows are numpy float32 arrays on the host, whichever engine made them.
 """
 
 from __future__ import annotations
 
-import torch
+from typing import Any
+
+import numpy as np
 
 from samchat.decoding.params import SamplingParams
 
+Row = np.ndarray[Any, np.dtype[np.float32]]
 
-def processed_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+
+def _softmax(scores: np.ndarray[Any, np.dtype[np.float64]]) -> np.ndarray[Any, np.dtype[Any]]:
+    e = np.exp(scores - scores.max())
+    out: np.ndarray[Any, np.dtype[Any]] = e / e.sum()
+    return out
+
+
+def processed_probs(logits: Row, params: SamplingParams) -> np.ndarray[Any, np.dtype[Any]]:
     """Probabilities after temperature, top-k and top-p (HF's order), for a 1D logits row."""
-    scores = logits.float() / params.temperature
-    if params.top_k > 0 and params.top_k < scores.shape[-1]:
-        kth = torch.topk(scores, params.top_k).values[-1]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
+    scores = logits.astype(np.float64) / params.temperature
+    n = scores.shape[-1]
+    if 0 < params.top_k < n:
+        kth = np.partition(scores, n - params.top_k)[n - params.top_k]
+        scores[scores < kth] = -np.inf
     if params.top_p < 1.0:
-        sorted_scores, order = torch.sort(scores, descending=True)
-        sorted_probs = sorted_scores.softmax(-1)
+        order = np.argsort(-scores, kind="stable")
+        sorted_probs = _softmax(scores[order])
         # Drop tokens once the mass before them already reaches top_p; the top token always stays.
-        before = sorted_probs.cumsum(-1) - sorted_probs
+        before = np.cumsum(sorted_probs) - sorted_probs
         remove = before >= params.top_p
         remove[0] = False
-        scores = scores.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
-    return scores.softmax(-1)
+        scores[order[remove]] = -np.inf
+    return _softmax(scores)
 
 
 class Sampler:
     """Chooses the committed token for a logits row; one random draw per call when sampling."""
 
-    def __init__(self, params: SamplingParams, device: torch.device) -> None:
+    def __init__(self, params: SamplingParams) -> None:
         self.params = params
         self.greedy = params.greedy
-        self.generator: torch.Generator | None = None
-        if not self.greedy:
-            self.generator = torch.Generator(device=device)
-            if params.seed is not None:
-                self.generator.manual_seed(params.seed)
-            else:
-                self.generator.seed()
+        # A seed gives the same draws on every machine and engine (numpy's PCG64).
+        self.rng = np.random.default_rng(params.seed)
 
-    def choose(self, logits: torch.Tensor) -> int:
+    def choose(self, logits: Row) -> int:
         if self.greedy:
             return int(logits.argmax())
         probs = processed_probs(logits, self.params)
-        return int(torch.multinomial(probs, 1, generator=self.generator))
+        # Inverse CDF: one uniform draw, the first token whose cumulative mass passes it.
+        cdf = np.cumsum(probs)
+        u = self.rng.random() * cdf[-1]
+        return int(min(np.searchsorted(cdf, u, side="right"), len(cdf) - 1))

@@ -11,8 +11,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from samchat.decoding.budget import REPLY_FADE, AcceptanceModel, CostCurve, CostTracker
 from samchat.decoding.context_fit import drop_oldest_turn, dropped_notice
 from samchat.decoding.drafter import PLAIN, Decision, Drafter, Selector
@@ -21,7 +19,7 @@ from samchat.decoding.params import DecodingConfig, SamplingParams
 from samchat.decoding.reply import Reply
 from samchat.decoding.sampling import Sampler
 from samchat.decoding.tree import DraftTree
-from samchat.engines import Engine, open_engine
+from samchat.engines import Engine, Logits, open_engine
 from samchat.errors import SamchatError
 from samchat.messages import Message
 
@@ -35,13 +33,6 @@ CALIBRATE_EVERY = 64
 # A drafter that rests (no draft of it can pay on this curve) still reads one forward in this
 # many, so its acceptance rates follow the text and it wakes up where they make it pay.
 REST_SAMPLE = 16
-
-
-def batched_argmax(logits: torch.Tensor) -> bool:
-    """Greedy choices from one argmax over all rows read back at once (on an accelerator,
-    where reading each row's choice is a sync) or from each row the walk visits (on a CPU,
-    where an argmax over every row of a big tree costs milliseconds)."""
-    return logits.device.type != "cpu"
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -74,7 +65,6 @@ class ChatSession:
         self.config.validate()
         self._tok = lm.tokenizer
         self._engine: Engine = open_engine(lm, cache_dir)
-        self._device: torch.device = self._engine.device
         self._eos = frozenset(int(i) for i in lm.eos_ids)
         self._cached: list[int] = []  # the tokens whose keys/values the cache holds, in order
         self.context_limit = int(lm.context_limit)
@@ -91,7 +81,7 @@ class ChatSession:
         self._tracker: CostTracker | None = None
         self._since_plain = 0  # steps since the last plain one
         self._told_inexact = False
-        self.prompt_rows: tuple[list[int], torch.Tensor] | None = None
+        self.prompt_rows: tuple[list[int], Logits] | None = None
         self._static_index = static_index
         self._dyn: Drafter | None = None
         self._static: Drafter | None = None
@@ -199,13 +189,13 @@ class ChatSession:
             raise
         return keep
 
-    def prefill_logits(self, messages: list[Message]) -> torch.Tensor:
+    def prefill_logits(self, messages: list[Message]) -> Logits:
         """Logits the model gives after the rendered prompt, through the KV-reusing path
         (what the first reply token is chosen from). Leaves the cache holding the prompt."""
         prompt = self.render(messages)
         self.prefill_tokens(prompt)
         try:
-            logits = self._engine.forward([prompt[-1]])[-1].clone()
+            logits: Logits = self._engine.forward([prompt[-1]])[-1].copy()
         except BaseException:
             self._restore()
             raise
@@ -269,7 +259,7 @@ class ChatSession:
 
     def verify_step(
         self, pending: int, tree: DraftTree | None, sampler: Sampler
-    ) -> tuple[list[int], list[int], int, torch.Tensor]:
+    ) -> tuple[list[int], list[int], int, Logits]:
         """One forward over [pending] + draft; commits pending and the accepted path to the
         cache. Returns (input ids, accepted input indices, bonus token, logits)."""
         n_cached = len(self._cached)
@@ -282,9 +272,7 @@ class ChatSession:
                 layout = tree.layout()
         logits = self._engine.forward(ids, layout)
         choose: Callable[[int], int]
-        if sampler.greedy and batched_argmax(logits):
-            choose = logits.argmax(-1).tolist().__getitem__
-        elif sampler.greedy:
+        if sampler.greedy:  # only the rows the walk visits
 
             def choose(j: int) -> int:
                 return int(logits[j].argmax())
@@ -360,7 +348,7 @@ class ChatSession:
             drafting.begin(prompt, self.prompt_rows)
         # Setup (drafters, a first cost-curve measurement) counts as prefill, not decoding.
         t_decode = time.perf_counter()
-        sampler = Sampler(params, self._device)
+        sampler = Sampler(params)
         reply = Reply(
             self._tok,
             params,
@@ -422,8 +410,7 @@ class ChatSession:
             drafting.selector.at_start = False
         t0 = time.perf_counter()
         try:
-            with torch.inference_mode():
-                ids, path, bonus, logits = self.verify_step(reply.pending, tree, reply.sampler)
+            ids, path, bonus, logits = self.verify_step(reply.pending, tree, reply.sampler)
         except BaseException as exc:
             self._restore()
             if not isinstance(exc, Exception) or tree is None or tree.is_sequence:
@@ -493,7 +480,7 @@ class _Drafting:
         self.tracker = tracker
         self.since_sample = 0
 
-    def begin(self, prompt: list[int], prompt_rows: tuple[list[int], torch.Tensor] | None) -> None:
+    def begin(self, prompt: list[int], prompt_rows: tuple[list[int], Logits] | None) -> None:
         """The reply starts: every drafter sees the prompt; the active ones that read logits
         learn from the prompt rows the prefill returned."""
         for d in self.drafters:
@@ -506,7 +493,7 @@ class _Drafting:
         self,
         decision: Decision,
         ids: list[int],
-        logits: torch.Tensor,
+        logits: Logits,
         new: list[int],
         accepted: list[str],
         forward_s: float,

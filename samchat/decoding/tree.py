@@ -1,11 +1,10 @@
-"""Draft trees and their verification layout (tree attention mask, depth-based positions)."""
+"""Draft trees and their verification layout: each input's depth and ancestors (an engine
+turns them into its tree attention mask and positions) and the walk that accepts a path."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import torch
 
 
 @dataclass
@@ -120,21 +119,6 @@ class TreeLayout:
         self.children = children
         self.rows = rows
         self.cols = cols
-
-    def position_ids(self, cached_len: int, device: torch.device) -> torch.Tensor:
-        return (torch.tensor(self.depths, device=device) + cached_len).unsqueeze(0)
-
-    def attention_mask(
-        self, cached_len: int, dtype: torch.dtype, device: torch.device
-    ) -> torch.Tensor:
-        """(1, 1, n, cached_len + n) float mask: 0 = attend, dtype-min = blocked. Each input
-        attends to the whole cache plus its own ancestors in the tree (itself included)."""
-        n = self.n
-        mask = torch.full((n, cached_len + n), torch.finfo(dtype).min, dtype=dtype, device=device)
-        mask[:, :cached_len] = 0.0
-        block = mask[:, cached_len:]
-        block[self.rows, self.cols] = 0.0
-        return mask.view(1, 1, n, cached_len + n)
 
     def walk(self, choose: Callable[[int], int]) -> tuple[list[int], int]:
         """Follow the model's choices from the root: choose(j) is the token the model commits

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from samchat.engines.base import ENGINES, Engine
+from samchat.engines.base import ENGINES, Engine, Logits
 
-__all__ = ["ENGINES", "Engine", "open_engine"]
+__all__ = ["ENGINES", "Engine", "Logits", "open_engine"]
 
 
 def open_engine(lm: Any, cache_dir: Path | None = None) -> Engine:

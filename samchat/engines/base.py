@@ -4,15 +4,20 @@ belong to the LoadedModel and are shared by every engine made from it."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 if TYPE_CHECKING:
-    import torch
+    import numpy as np
 
     from samchat.decoding.budget import CostCurve
     from samchat.decoding.tree import TreeLayout
 
 ENGINES = ("auto", "torch", "llamacpp")
+
+# Logits rows (rows, vocab), float32 numpy on the host: the drafters, the sampler and
+# verification read them there whichever engine runs, so the decoding loop needs no tensor
+# library of its own (and the CLI's import of this module no numpy).
+Logits: TypeAlias = "np.ndarray[Any, np.dtype[np.float32]]"
 
 
 class Engine(Protocol):
@@ -23,7 +28,7 @@ class Engine(Protocol):
     """
 
     name: str  # "torch" | "llamacpp"
-    device: torch.device  # where logits live (llama.cpp: the CPU)
+    device_type: str  # where the model runs: "cpu", "cuda" or "mps"
     # Why drafting is limited (None = trees and sequences both work).
     plain_reason: str | None
     tree_reason: str | None
@@ -38,11 +43,11 @@ class Engine(Protocol):
     def crop(self, length: int) -> None:
         """Keep the first `length` rows."""
 
-    def prefill(self, ids: list[int], logits: int = 0) -> torch.Tensor | None:
+    def prefill(self, ids: list[int], logits: int = 0) -> Logits | None:
         """Append ids to the cache, by the same kernels whether or not logits are asked for;
         with logits > 0, return those of the last `logits` ids (rows, vocab) float32."""
 
-    def forward(self, ids: list[int], layout: TreeLayout | None = None) -> torch.Tensor:
+    def forward(self, ids: list[int], layout: TreeLayout | None = None) -> Logits:
         """Logits (len(ids), vocab) float32, one row per input. With a layout, ids are
         [pending] + tree tokens and input i attends to the cache and its tree ancestors."""
 

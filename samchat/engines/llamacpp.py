@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from samchat.decoding.budget import (
     CostCurve,
@@ -28,6 +27,7 @@ from samchat.decoding.budget import (
     load_or_measure,
     measure_engine,
 )
+from samchat.engines.base import Logits
 from samchat.engines.llamacpp_model import llama, system_info, threads, version
 from samchat.errors import SamchatError
 
@@ -54,7 +54,7 @@ class LlamaCppEngine:
         self.lm = lm
         self.cache_dir = cache_dir  # where measured costs are kept (None: this process only)
         self.weights = lm.model
-        self.device = torch.device("cpu")
+        self.device_type = "cpu"
         self.plain_reason: str | None = self.weights.plain_reason
         self.tree_reason: str | None = None
         self.inexact_reason: str | None = None  # rows equal one-token decoding (Q8_0 cache)
@@ -158,11 +158,11 @@ class LlamaCppEngine:
             row[0] = 0
         self._tree_rows = 0
 
-    def prefill(self, ids: list[int], logits: int = 0) -> torch.Tensor | None:
+    def prefill(self, ids: list[int], logits: int = 0) -> Logits | None:
         todo = self._backlog + ids
         nb = len(self._backlog)
         start = self._cells
-        out: torch.Tensor | None = None
+        out: Logits | None = None
         for i in range(0, len(todo), MAX_BATCH):
             chunk = todo[i : i + MAX_BATCH]
             last = i + len(chunk) == len(todo)
@@ -175,13 +175,14 @@ class LlamaCppEngine:
                 out = self._logits(rows)
         return out
 
-    def _logits(self, n: int, order: list[int] | None = None) -> torch.Tensor:
+    def _logits(self, n: int, order: list[int] | None = None) -> Logits:
         """The n output rows (copied: llama.cpp reuses its buffer), reordered by `order`."""
         ptr = self._lib.llama_get_logits(self._ctx)
         rows = np.ctypeslib.as_array(ptr, shape=(n, self.n_vocab))
-        return torch.from_numpy(rows.copy() if order is None else rows[order])
+        out: Logits = rows.copy() if order is None else rows[order]
+        return out
 
-    def forward(self, ids: list[int], layout: TreeLayout | None = None) -> torch.Tensor:
+    def forward(self, ids: list[int], layout: TreeLayout | None = None) -> Logits:
         n = len(ids)
         back = self._backlog
         if n + len(back) > MAX_BATCH:

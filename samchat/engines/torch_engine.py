@@ -23,6 +23,7 @@ from samchat.decoding.forward import ModelForward
 from samchat.decoding.graphs import StaticSteps
 from samchat.decoding.kernels import DEFAULT_PLAN, KernelPlan
 from samchat.decoding.kvcache import KVCache
+from samchat.engines.base import Logits
 
 if TYPE_CHECKING:
     from samchat.decoding.tree import TreeLayout
@@ -31,6 +32,30 @@ if TYPE_CHECKING:
 # every model loaded from the same weights in this process shares one measurement.
 _CURVES: dict[str, CostCurve] = {}
 _CURVES_LOCK = threading.Lock()
+
+
+def tree_positions(layout: TreeLayout, cached_len: int, device: torch.device) -> torch.Tensor:
+    """(1, n) positions: each input at the cache length plus its depth in the tree."""
+    return (torch.tensor(layout.depths, device=device) + cached_len).unsqueeze(0)
+
+
+def tree_mask(
+    layout: TreeLayout, cached_len: int, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
+    """(1, 1, n, cached_len + n) float mask: 0 = attend, dtype-min = blocked. Each input
+    attends to the whole cache plus its own ancestors in the tree (itself included)."""
+    n = layout.n
+    mask = torch.full((n, cached_len + n), torch.finfo(dtype).min, dtype=dtype, device=device)
+    mask[:, :cached_len] = 0.0
+    block = mask[:, cached_len:]
+    block[layout.rows, layout.cols] = 0.0
+    return mask.view(1, 1, n, cached_len + n)
+
+
+def host(logits: torch.Tensor) -> Logits:
+    """Logits as the decoding loop reads them: float32 on the host (a view on a CPU)."""
+    out: Logits = logits.float().cpu().numpy()
+    return out
 
 
 class TorchEngine:
@@ -45,6 +70,7 @@ class TorchEngine:
         self.cache_dir = cache_dir  # where measured costs are kept (None: this process only)
         self.model = lm.model
         self.device: torch.device = lm.device
+        self.device_type = self.device.type
         self.dtype: torch.dtype = next(self.model.parameters()).dtype
         self._kv = KVCache(self.model)
         self._fwd = ModelForward(self.model)
@@ -87,7 +113,8 @@ class TorchEngine:
         self._kv.reset()
 
     def crop(self, length: int) -> None:
-        self._kv.crop(length)
+        with torch.inference_mode():  # the cache's tensors were made in it
+            self._kv.crop(length)
 
     def _run(
         self,
@@ -99,15 +126,19 @@ class TorchEngine:
         inp = torch.tensor([ids], dtype=torch.long, device=self.device)
         return self._fwd(inp, self._kv.cache, mask, pos, last_only)
 
-    def prefill(self, ids: list[int], logits: int = 0) -> torch.Tensor | None:
+    def prefill(self, ids: list[int], logits: int = 0) -> Logits | None:
         with torch.inference_mode():
             if logits <= 0:
                 self._run(ids, last_only=True)
                 return None
             inp = torch.tensor([ids], dtype=torch.long, device=self.device)
-            return self._fwd.last_rows(inp, self._kv.cache, logits).float()
+            return host(self._fwd.last_rows(inp, self._kv.cache, logits))
 
-    def forward(self, ids: list[int], layout: TreeLayout | None = None) -> torch.Tensor:
+    def forward(self, ids: list[int], layout: TreeLayout | None = None) -> Logits:
+        return host(self.forward_tensor(ids, layout))
+
+    def forward_tensor(self, ids: list[int], layout: TreeLayout | None = None) -> torch.Tensor:
+        """forward() with the logits left where the model runs, in its dtype."""
         with torch.inference_mode():
             static = self._static
             if static is not None and static.fits(len(ids)):
@@ -115,11 +146,12 @@ class TorchEngine:
             if layout is None:
                 return self._run(ids)
             n = self._kv.length
-            mask = layout.attention_mask(n, self.dtype, self.device)
-            return self._run(ids, mask, layout.position_ids(n, self.device))
+            mask = tree_mask(layout, n, self.dtype, self.device)
+            return self._run(ids, mask, tree_positions(layout, n, self.device))
 
     def commit(self, start: int, keep: list[int]) -> None:
-        self._kv.compact(start, keep)
+        with torch.inference_mode():
+            self._kv.compact(start, keep)
 
     def fit(self, measure: bool = True) -> None:
         """Take the kernels measured fastest on this machine for each input size (measured with

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,14 @@ from samchat.errors import ModelLoadError
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+def accelerator_possible() -> bool:
+    """Whether torch could find a GPU here, judged without importing it (a second on a small
+    CPU): an NVIDIA or AMD driver, or a Mac (Apple MPS)."""
+    if sys.platform == "darwin":
+        return True
+    return any(Path(p).exists() for p in ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd"))
 
 
 def _mps_available(torch: Any) -> bool:

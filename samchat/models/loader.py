@@ -25,7 +25,13 @@ from samchat.models.catalog import (
     resolve_ollama,
 )
 from samchat.models.default import DEFAULT_MODEL_NAME, bundled_gguf, default_model_dir
-from samchat.models.device import available_memory, resolve_device, resolve_dtype
+from samchat.models.device import (
+    accelerator_possible,
+    available_memory,
+    resolve_device,
+    resolve_dtype,
+)
+from samchat.models.kept_tokenizer import KeptTokenizer
 from samchat.paths import model_cache_dir
 from samchat.remote.endpoint import is_remote
 
@@ -51,7 +57,7 @@ class ModelSpec:
 class LoadedModel:
     model: Any  # transformers.PreTrainedModel
     tokenizer: Any  # transformers.PreTrainedTokenizerBase
-    device: Any  # torch.device
+    device: Any  # torch.device; "cpu" for llama.cpp
     name: str
     fingerprint: str
     eos_ids: tuple[int, ...]
@@ -61,6 +67,11 @@ class LoadedModel:
     engine: str = "torch"  # which samchat.engines implementation runs `model`
     # How the torch engine runs decode and verify steps (TorchEngine's `steps`).
     steps: str = "dynamic"
+
+    @property
+    def device_type(self) -> str:
+        """ "cpu", "cuda" or "mps": where the model runs."""
+        return str(getattr(self.device, "type", self.device))
 
     @property
     def context_limit(self) -> int:
@@ -264,12 +275,18 @@ def tokenizer_cache(gguf: Path) -> Path:
 
 
 def _load_tokenizer(where: _Resolved, spec: ModelSpec) -> Any:
-    """The model's tokenizer. A GGUF file's is converted from its vocabulary once (seconds) and
-    kept in the model cache, from where it loads in a fraction of that."""
-    from transformers import AutoTokenizer
-
+    """The model's tokenizer. A GGUF file's is converted from its vocabulary once (seconds, by
+    transformers) and kept in the model cache, from where it loads in milliseconds without
+    transformers (KeptTokenizer)."""
     gguf = _gguf_path(where)
     cached = tokenizer_cache(gguf) if gguf is not None else None
+    if cached is not None and cached.is_dir():
+        kept = _read_kept(cached)
+        if kept is not None:
+            return kept
+    _quiet_transformers()
+    from transformers import AutoTokenizer
+
     if cached is not None and cached.is_dir():
         try:
             return AutoTokenizer.from_pretrained(cached, local_files_only=True)
@@ -288,7 +305,17 @@ def _load_tokenizer(where: _Resolved, spec: ModelSpec) -> Any:
         ) from exc
     if cached is not None:
         _keep_tokenizer(tokenizer, cached)
+        # From the kept copy, as every later start reads it: one tokenizer whatever the start.
+        return _read_kept(cached) or tokenizer
     return tokenizer
+
+
+def _read_kept(folder: Path) -> KeptTokenizer | None:
+    """A kept tokenizer through `tokenizers` alone, or None where transformers must read it."""
+    try:
+        return KeptTokenizer.load(folder)
+    except Exception:  # unreadable or unusual (tokenizers raises its own types): transformers
+        return None
 
 
 def _keep_tokenizer(tokenizer: Any, target: Path) -> None:
@@ -333,7 +360,6 @@ def load_tokenizer(spec: ModelSpec | None = None) -> tuple[Any, str]:
     """The tokenizer alone (fast): for indexing documents without loading weights."""
     spec = spec or ModelSpec()
     _refuse_remote(spec)
-    _quiet_transformers()
     where = _resolve_source(spec, _noop)
     tok = _load_tokenizer(where, spec)
     return tok, tokenizer_fingerprint(tok)
@@ -449,7 +475,7 @@ def choose_engine(spec: ModelSpec) -> str:
         return "torch"
     if spec.device not in ("auto", "cpu"):
         return "torch"
-    if spec.device == "auto" and resolve_device("auto").type != "cpu":
+    if spec.device == "auto" and accelerator_possible() and resolve_device("auto").type != "cpu":
         return "torch"
     return "torch" if unavailable_reason() else "llamacpp"
 
@@ -462,9 +488,9 @@ def load_model(
     spec = spec or ModelSpec()
     say = progress or _noop
     _refuse_remote(spec)
-    _quiet_transformers()
     if choose_engine(spec) == "llamacpp":
         return _load_llamacpp(spec, say, recent)
+    _quiet_transformers()
     device = resolve_device(spec.device)
     if spec.cuda_graphs and device.type != "cuda":
         raise ModelLoadError(
@@ -516,8 +542,6 @@ def load_model(
 
 
 def _load_llamacpp(spec: ModelSpec, say: Progress, recent: Path | None) -> LoadedModel:
-    import torch
-
     from samchat.engines.llamacpp_model import LlamaWeights
 
     where = _resolve_source(spec, say, engine="llamacpp")
@@ -538,7 +562,7 @@ def _load_llamacpp(spec: ModelSpec, say: Progress, recent: Path | None) -> Loade
     return LoadedModel(
         model=weights,
         tokenizer=tokenizer,
-        device=torch.device("cpu"),
+        device="cpu",
         name=where.name,
         fingerprint=tokenizer_fingerprint(tokenizer),
         eos_ids=tuple(dict.fromkeys(eos)),

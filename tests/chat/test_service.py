@@ -31,7 +31,7 @@ def generator(default_lm: Any) -> Generator:
 
     # A known cost curve: measuring one is slow and it only sizes drafts.
     return Generator(
-        default_lm, {"method": "sam+tr"}, cost_curve=CostCurve.default(default_lm.device)
+        default_lm, {"method": "sam+tr"}, cost_curve=CostCurve.default(default_lm.device_type)
     )
 
 

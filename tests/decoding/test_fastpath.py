@@ -14,6 +14,7 @@ from samchat.decoding.forward import ModelForward
 from samchat.decoding.kernels import DEFAULT_PLAN, KernelPlan
 from samchat.decoding.kvcache import KVCache, cache_kwarg
 from samchat.decoding.tree import DraftTree
+from samchat.engines.torch_engine import tree_mask, tree_positions
 from tests.decoding.conftest import make_tiny_llama
 
 
@@ -64,8 +65,8 @@ def _compare(
         mask = pos = None
         if not tree.is_sequence:
             lay = tree.layout()
-            mask = lay.attention_mask(n, torch.float32, torch.device("cpu"))
-            pos = lay.position_ids(n, torch.device("cpu"))
+            mask = tree_mask(lay, n, torch.float32, torch.device("cpu"))
+            pos = tree_positions(lay, n, torch.device("cpu"))
         spy = _Spy(monkeypatch) if monkeypatch is not None else None
         fast = forward(ids, kv.cache, mask, pos)
         if spy is not None and monkeypatch is not None:
@@ -193,8 +194,8 @@ def test_off_cpu_only_the_attention_is_packed() -> None:
     tree = DraftTree(draft, [-1, 0, 1, -1, 3], "t")
     lay = tree.layout()
     n = len(prefix) - 1  # cached before the verified inputs
-    mask = lay.attention_mask(n, torch.float32, torch.device("cpu"))
-    pos = lay.position_ids(n, torch.device("cpu"))
+    mask = tree_mask(lay, n, torch.float32, torch.device("cpu"))
+    pos = tree_positions(lay, n, torch.device("cpu"))
     ids = torch.tensor([[prefix[-1], *draft]])
     out = []
     for m in (model, ref):

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -163,15 +164,15 @@ def test_the_engine_runs_the_measured_plan(
     tok = default_lm.tokenizer
     prompt = tok("Name three colours of the rainbow: red, orange,")["input_ids"]
     ids = tok(" yellow, green and blue")["input_ids"]
-    rows: dict[str, torch.Tensor] = {}
+    rows: dict[str, Any] = {}
     for kernel in KERNELS:
         later.reset()
         later.prefill(prompt)
         later._fwd.plan = KernelPlan.only(kernel)
         rows[kernel] = later.forward(ids)
     for kernel in ("wht", "wht+gqa"):
-        assert torch.allclose(rows[kernel], rows["stock"], atol=2e-3, rtol=0)
-        assert torch.equal(rows[kernel].argmax(-1), rows["stock"].argmax(-1))
+        assert np.allclose(rows[kernel], rows["stock"], atol=2e-3, rtol=0)
+        assert np.array_equal(rows[kernel].argmax(-1), rows["stock"].argmax(-1))
 
 
 @pytest.mark.private_costs

@@ -275,8 +275,8 @@ def test_measured_curve_is_cached(tmp_path: Any) -> None:
 
 
 def test_sequence_length_follows_rate_and_cost() -> None:
-    cpu = CostCurve.default(torch.device("cpu"))
-    gpu = CostCurve.default(torch.device("cuda"))
+    cpu = CostCurve.default("cpu")
+    gpu = CostCurve.default("cuda")
     assert best_sequence_length(0.0, 32, cpu)[0] == 0  # nothing gets accepted: plain step
     assert best_sequence_length(0.1, 32, cpu)[0] == 0  # 10% does not pay 25% extra cost
     n_mid, v_mid = best_sequence_length(0.6, 32, cpu)
@@ -360,7 +360,7 @@ def _selector(dyn: int, static: int, aux: bool = False, **cfg: Any) -> Selector:
     config = DecodingConfig(adaptive=False, max_draft=16, **cfg)
     return Selector(
         config,
-        CostCurve.default(torch.device("cpu")),
+        CostCurve.default("cpu"),
         AcceptanceModel(),
         FixedDrafter("dyn", dyn, list(range(100, 140))),
         FixedDrafter("static", static, list(range(200, 240))),
@@ -391,7 +391,7 @@ def test_adaptive_selection_skips_drafts_that_do_not_pay() -> None:
     config = DecodingConfig(adaptive=True)
     acc = AcceptanceModel()
     dyn = FixedDrafter("dyn", 1, [5, 6, 7])
-    sel = Selector(config, CostCurve.default(torch.device("cpu")), acc, dyn)
+    sel = Selector(config, CostCurve.default("cpu"), acc, dyn)
     for _ in range(40):
         sel.feedback(sel.choose(50)[1], [])  # the short matches never get accepted
     tree, d = sel.choose(50)

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -24,6 +25,7 @@ from samchat.decoding import (
 )
 from samchat.decoding.budget import CostCurve, load_cached, save_curve
 from samchat.decoding.tree import DraftTree
+from samchat.engines import Logits
 from samchat.engines.llamacpp import LlamaCppEngine, curve_digest
 from samchat.errors import ModelLoadError, SamchatError
 from samchat.models.loader import ModelSpec, load_model
@@ -37,7 +39,7 @@ from tests.decoding.prompts import (
 from tests.decoding.test_session_model import MSG, ScriptedDrafter, _run, _static_index
 
 MAX_NEW = 24  # drafts, trees and, on long prompts, keys past a 256-row window
-CPU_CURVE = CostCurve.default(torch.device("cpu"))
+CPU_CURVE = CostCurve.default("cpu")
 # Verification priced as free: the selector drafts the biggest trees it has, every step.
 FLAT = CostCurve({1: 1.0, 64: 1.0})
 
@@ -114,7 +116,7 @@ class _Plain:
         self.engine = LlamaCppEngine(lm, n_ctx=1024)
         self.engine.prefill(context)
 
-    def rows(self, path: list[int]) -> list[torch.Tensor]:
+    def rows(self, path: list[int]) -> list[Logits]:
         n = self.engine.length
         out = [self.engine.forward([t])[0] for t in path]
         self.engine.crop(n)
@@ -175,7 +177,7 @@ def test_tree_verification_is_exact_on_random_trees(gguf_lm: Any) -> None:
                     path.reverse()
                     want = ref.rows([ids[k] for k in path])
                     for k, row in zip(path, want, strict=True):
-                        assert torch.equal(rows[k], row), (case, step, k)
+                        assert np.array_equal(rows[k], row), (case, step, k)
                 node = rng.randrange(len(ids))
                 keep = [node]
                 while layout.parents[keep[-1]] != -1:
@@ -207,12 +209,12 @@ def test_kv_reuse_across_turns_matches_a_fresh_prefill(gguf_lm: Any) -> None:
     prompt = session.render(messages)
     fresh = ChatSession(gguf_lm, DecodingConfig(method="plain"))
     assert before > 20
-    assert torch.equal(logits, fresh.prefill_logits(messages))
+    assert np.array_equal(logits, fresh.prefill_logits(messages))
     assert fresh.cached_tokens == len(prompt)
     # An edited earlier turn: reuse stops at the edit and the logits still match.
     edited = [messages[0], {"role": "user", "content": "Name a large city in Italy."}]
     again = ChatSession(gguf_lm, DecodingConfig(method="plain"))
-    assert torch.equal(session.prefill_logits(edited), again.prefill_logits(edited))
+    assert np.array_equal(session.prefill_logits(edited), again.prefill_logits(edited))
 
 
 @pytest.mark.parametrize("tree", [False, True])

@@ -60,6 +60,33 @@ def test_import_loads_no_forbidden_module(case: str) -> None:
     assert bad == [], f"{statement!r} loads {bad}"
 
 
+# A reply on the default model and engine, as `samchat ask` gives it: the llama.cpp path reads the
+# kept tokenizer with `tokenizers` and decodes with numpy, so it never pays for torch or
+# transformers (over a second of imports on a small CPU). Drafts and sampling run too.
+LLAMACPP_REPLY = (
+    "from samchat.models import ModelSpec, load_model; "
+    "from samchat.decoding.session import ChatSession; "
+    "from samchat.decoding.budget import CostCurve; "
+    "from samchat.decoding.params import DecodingConfig, SamplingParams; "
+    "lm = load_model(ModelSpec(engine='llamacpp')); "
+    "s = ChatSession(lm, DecodingConfig(method='sam+tr'), cost_curve=CostCurve.default('cpu')); "
+    "msgs = [{'role': 'user', 'content': 'Count from 1 to 20.'}]; "
+    "done = list(s.generate(msgs, SamplingParams(max_new_tokens=24)))[-1]; "
+    "list(s.generate(msgs, SamplingParams(max_new_tokens=8, temperature=0.7, seed=1))); "
+    "assert done.stats.tokens == 24, done"
+)
+
+
+def test_a_reply_on_llamacpp_loads_no_torch_or_transformers() -> None:
+    from samchat.models import ModelSpec, load_tokenizer
+
+    load_tokenizer(ModelSpec())  # the GGUF's tokenizer converted and kept (first use only)
+    loaded = loaded_after(LLAMACPP_REPLY)
+    bad = sorted(m for m in loaded if any(matches(m, p) for p in (*MODEL, *UI)))
+    assert bad == []
+    assert "llama_cpp" in loaded and "tokenizers" in loaded
+
+
 def test_matches() -> None:
     assert matches("torch", "torch") and matches("torch.nn", "torch")
     assert not matches("torchvision", "torch")

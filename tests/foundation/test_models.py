@@ -141,10 +141,12 @@ def test_unavailable_device_is_refused() -> None:
 
 
 def test_a_gguf_tokenizer_kept_in_the_cache_tokenizes_as_the_file_does(tmp_path: Path) -> None:
-    """The GGUF's vocabulary is converted once and kept: the kept copy gives the same tokens as
-    a fresh conversion, chat templates included, and a damaged copy is converted again."""
+    """The GGUF's vocabulary is converted once and kept; the kept copy is read without
+    transformers (KeptTokenizer) and gives transformers' own text, tokens and fingerprint on
+    real prompts, chat templates included; a damaged copy is converted again."""
     from transformers import AutoTokenizer
 
+    from samchat.models.kept_tokenizer import KeptTokenizer
     from samchat.models.loader import tokenizer_cache, tokenizer_fingerprint
 
     gguf = bundled_gguf()
@@ -154,24 +156,42 @@ def test_a_gguf_tokenizer_kept_in_the_cache_tokenizes_as_the_file_does(tmp_path:
     kept_dir = tokenizer_cache(gguf)
     assert (kept_dir / "tokenizer.json").is_file()
     kept, fingerprint = load_tokenizer(spec)
+    assert isinstance(kept, KeptTokenizer)
     assert fingerprint == tokenizer_fingerprint(fresh)
     chats = [[{"role": "user", "content": q}] for q in SINGLE_TURN + LONG_CONTEXT]
     for turns in MULTI_TURN:
         roles = ("user", "assistant")
         chats.append([{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)])
     chats[0].insert(0, {"role": "system", "content": "Be brief. <|im_end|> 😀\n\tok"})
+    chats.append([{"role": "user", "content": "  spaces,\r\n<|im_start|>tabs\t and 中文 ﬁ "}])
     for chat in chats:
         for prompt in (True, False):
-            expected = fresh.apply_chat_template(chat, add_generation_prompt=prompt)
-            assert kept.apply_chat_template(chat, add_generation_prompt=prompt) == expected
+            text = fresh.apply_chat_template(chat, add_generation_prompt=prompt, tokenize=False)
+            assert kept.apply_chat_template(chat, add_generation_prompt=prompt) == text
+            ids = fresh(text, add_special_tokens=False)["input_ids"]
+            assert kept(text, add_special_tokens=False)["input_ids"] == ids
+            assert kept.decode(ids, skip_special_tokens=True) == fresh.decode(
+                ids, skip_special_tokens=True
+            )
         text = chat[-1]["content"]
         ids = fresh(text)["input_ids"]
         assert kept(text)["input_ids"] == ids
+        assert kept.encode(text, add_special_tokens=False) == fresh.encode(
+            text, add_special_tokens=False
+        )
         assert kept.decode(ids) == fresh.decode(ids)
     assert kept.eos_token_id == fresh.eos_token_id
+    assert kept.pad_token_id == fresh.pad_token_id
     assert kept.all_special_tokens == fresh.all_special_tokens
     # A damaged copy is not trusted: the file is converted again.
     (kept_dir / "tokenizer.json").write_text("{")
     again, again_fingerprint = load_tokenizer(spec)
     assert again_fingerprint == fingerprint
     assert again(SINGLE_TURN[0])["input_ids"] == fresh(SINGLE_TURN[0])["input_ids"]
+    # A setting KeptTokenizer would not reproduce sends the folder to transformers.
+    odd = tmp_path / "odd"
+    shutil.copytree(kept_dir, odd)
+    config = json.loads((odd / "tokenizer_config.json").read_text())
+    (odd / "tokenizer_config.json").write_text(json.dumps({**config, "do_lower_case": True}))
+    with pytest.raises(ValueError, match="do_lower_case"):
+        KeptTokenizer.load(odd)

@@ -95,7 +95,7 @@ async def test_a_reply_answers_from_a_retrieved_passage_and_names_it(
     import_paths(store, [docs])
     cfg = fixed_config()
     cfg.sampling["max_new_tokens"] = 40
-    app = make_app(lm=default_lm, config=cfg, cost_curve=CostCurve.default(default_lm.device))
+    app = make_app(lm=default_lm, config=cfg, cost_curve=CostCurve.default(default_lm.device_type))
     async with app.run_test(size=(120, 40)) as pilot:
         app.chat.documents.retrieval = True
         app.chat.prompt.focus()

@@ -35,7 +35,7 @@ def curve(default_lm: Any) -> Any:
     and the curve only sizes drafts (the reply is the same either way)."""
     from samchat.decoding.budget import CostCurve
 
-    return CostCurve.default(default_lm.device)
+    return CostCurve.default(default_lm.device_type)
 
 
 def replies(store: Store, chat_id: int) -> list[Any]:

@@ -34,7 +34,7 @@ async def test_tui_and_ask_store_the_same_record(
 
     # One real decode; both front ends then consume exactly these events, so any difference
     # in what they store comes from their own code, not from decoding timing.
-    curve = CostCurve.default(default_lm.device)
+    curve = CostCurve.default(default_lm.device_type)
     engine = ChatSession(default_lm, DecodingConfig(method="sam+tr"), cost_curve=curve)
     events = list(engine.generate([{"role": "user", "content": QUESTION}], SamplingParams(24)))
     done = events[-1]
