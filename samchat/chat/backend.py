@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from samchat.corpus.retrieval import Fitted, Source
+    from samchat.corpus.rule import RetrievalRule
     from samchat.decoding.events import Event
     from samchat.models.loader import LoadedModel, ModelSpec
     from samchat.remote.client import RemoteModel
@@ -337,17 +338,23 @@ def start_indexer(
 
 
 def gather_sources(
-    store_path: Path, question: str, *, retrieval: bool, files: list[Path]
+    store_path: Path,
+    question: str,
+    *,
+    retrieval: bool,
+    files: list[Path],
+    rule: RetrievalRule | None = None,
 ) -> list[Source]:
-    """Attached files, then (with `retrieval`) the passages that best answer `question`. Own
-    connection: this runs in a worker thread. DocumentError for a bad file or an empty corpus."""
+    """Attached files, then (with `retrieval`) the passages that best answer `question` by
+    `rule` (config.toml's [documents]). Own connection: this runs in a worker thread.
+    DocumentError for a bad file or an empty corpus."""
     from samchat.corpus.retrieval import read_attachment, retrieve
     from samchat.store import Store
 
     sources = [read_attachment(path) for path in files]
     if retrieval:
         with Store.open(store_path) as store:
-            sources += retrieve(store, question)
+            sources += retrieve(store, question, rule)
     return sources
 
 

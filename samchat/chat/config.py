@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from samchat import paths
+from samchat.corpus.rule import RetrievalRule
 from samchat.decoding.params import DecodingConfig, SamplingParams, from_mapping, to_mapping
 from samchat.engines.base import ENGINES
 from samchat.errors import SamchatError
@@ -52,6 +53,7 @@ class Config:
     # Every knob of DecodingConfig / SamplingParams by name, checked (validate_decoding/_sampling).
     decoding: dict[str, Any] = field(default_factory=decoding_defaults)
     sampling: dict[str, Any] = field(default_factory=sampling_defaults)
+    documents: RetrievalRule = field(default_factory=RetrievalRule)  # [documents]: retrieval
     # [endpoints.NAME]: OpenAI-compatible servers `openai:NAME` reaches. The user writes them;
     # saving the settings leaves them as they are (to_toml_dict does not hold them).
     endpoints: dict[str, Endpoint] = field(default_factory=dict)
@@ -65,6 +67,7 @@ class Config:
             "keymap": dict(self.keymap),
             "decoding": {k: v for k, v in self.decoding.items() if v is not None},
             "sampling": {k: v for k, v in self.sampling.items() if v is not None},
+            RetrievalRule.SECTION: self.documents.to_mapping(),
         }
 
 
@@ -117,6 +120,7 @@ def from_toml_dict(data: dict[str, Any]) -> Config:
             raise ConfigError(f"config: [{name}] must be a table")
         setattr(cfg, name, check(section))
     try:
+        cfg.documents = RetrievalRule.from_mapping(data.get(RetrievalRule.SECTION, {}))
         cfg.endpoints = endpoints_from_toml(data.get("endpoints", {}))
     except SamchatError as exc:
         raise ConfigError(str(exc)) from None

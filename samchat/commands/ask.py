@@ -25,6 +25,7 @@ from samchat.errors import SamchatError
 from samchat.remote import REMOTE
 
 if TYPE_CHECKING:
+    from samchat.corpus.rule import RetrievalRule
     from samchat.models.loader import ModelSpec
     from samchat.remote.endpoint import Endpoint
 
@@ -144,7 +145,7 @@ def _piped_stdin() -> str | None:
     return text if text.strip() else None
 
 
-def _sources(args: argparse.Namespace, question: str, store: Any) -> list[Any]:
+def _sources(args: argparse.Namespace, question: str, store: Any, rule: RetrievalRule) -> list[Any]:
     """Piped text, then attached files, then retrieved passages; every one is read (and every
     bad one refused) before the model loads or anything is saved."""
     from samchat.corpus.retrieval import read_attachment, retrieve, text_source
@@ -154,7 +155,7 @@ def _sources(args: argparse.Namespace, question: str, store: Any) -> list[Any]:
         sources.append(text_source(piped))
     sources += [read_attachment(path) for path in args.file]
     if args.docs:
-        found = retrieve(store, question)
+        found = retrieve(store, question, rule)
         if not found:
             _note("no imported passage matches the question; answering without them")
         sources += found
@@ -184,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
             raise SamchatError("there is no chat to continue yet; ask without -c to start one")
         parent_id = service.latest_leaf(chat_id) if chat_id is not None else None
         history = service.history(chat_id, parent_id, args.system)
-        sources = _sources(args, question, store)
+        sources = _sources(args, question, store, settings.documents)
         lm = open_model(settings.spec, _note, settings.endpoints, recent_file(store.path.parent))
         index = _open_index(store, lm) if lm.tokenizer is not None else None
         try:
@@ -243,14 +244,45 @@ def _time_machine(generator: Any) -> None:
         _note("skipped; the next reply times it")
 
 
+class _Reading:
+    """What a long prompt's reading shows on stderr: on a terminal one line rewritten in place
+    ("[reading 1,528 tokens of the prompt… 34%]"), elsewhere its first line only."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.shown = False
+        self.open = False  # a line without its newline yet
+
+    def update(self, done: int, total: int) -> None:
+        text = f"[reading {total:,} tokens of the prompt… {100 * done // max(total, 1)}%]"
+        if self.tty:
+            sys.stderr.write("\r" + text)
+            sys.stderr.flush()
+            self.open = True
+        elif not self.shown:
+            print(f"[reading {total:,} tokens of the prompt…]", file=sys.stderr)
+        self.shown = True
+
+    def end(self) -> None:
+        if self.open:
+            sys.stderr.write("\r\033[K")  # the line goes: the answer starts where it was
+            sys.stderr.flush()
+            self.open = False
+
+
 def _stream(args: argparse.Namespace, generator: Any, reply: Any, sampling: dict[str, Any]) -> Any:
     """The reply streamed to stdout (unless --json); its ReplyRecord, None if interrupted."""
     from samchat.chat.service import ReplyRecord, stream_reply
-    from samchat.decoding import TextDelta
+    from samchat.decoding import PrefillProgress, TextDelta
 
     cancel = threading.Event()
+    reading = _Reading()
     try:
         for event in stream_reply(generator, reply, sampling, cancel):
+            if isinstance(event, PrefillProgress):
+                reading.update(event.done, event.total)
+                continue
+            reading.end()
             if isinstance(event, ReplyRecord):
                 if not args.json:
                     sys.stdout.write("\n")
@@ -260,6 +292,7 @@ def _stream(args: argparse.Namespace, generator: Any, reply: Any, sampling: dict
                 sys.stdout.flush()
     except KeyboardInterrupt:
         cancel.set()
+        reading.end()
         print("\n[cancelled]", file=sys.stderr)
     return None
 
@@ -286,6 +319,7 @@ class _Settings:
     decoding: dict[str, Any]
     sampling: dict[str, Any]
     endpoints: dict[str, Endpoint]
+    documents: RetrievalRule
 
 
 def _settings(args: argparse.Namespace) -> _Settings:
@@ -306,7 +340,7 @@ def _settings(args: argparse.Namespace) -> _Settings:
             continue  # not given: config.toml's value (or the knob's default)
         target = decoding if cls is DecodingConfig else sampling
         target[name] = tuple(value) if isinstance(value, list) else value
-    return _Settings(spec, decoding, sampling, cfg.endpoints)
+    return _Settings(spec, decoding, sampling, cfg.endpoints, cfg.documents)
 
 
 def _configured_engine(args: argparse.Namespace) -> str:

@@ -16,11 +16,10 @@ from typing import Any
 
 from samchat.corpus.passages import estimate_tokens
 from samchat.corpus.readers import Skip, read_file
+from samchat.corpus.rule import RetrievalRule
 from samchat.errors import SamchatError
 from samchat.store import Store
 
-DOCS_TOP = 6  # passages retrieved per question, at most
-DOCS_BUDGET = 1200  # their estimated tokens, at most (fitting then counts exactly)
 ATTACH_MAX_BYTES = 2 * 1024 * 1024  # an attached file's size limit
 MIN_CUT_TOKENS = 24  # a source cut shorter than this is left out instead
 _SAFETY_TOKENS = 8  # tokenization at the joins between sources differs by a token or two
@@ -102,12 +101,11 @@ def _telling_terms(store: Store, terms: list[str], total: int) -> list[str]:
     return telling or sorted(present, key=frequency.__getitem__)[:2]
 
 
-def retrieve(
-    store: Store, question: str, *, top: int = DOCS_TOP, budget: int = DOCS_BUDGET
-) -> list[Source]:
-    """The best passages for `question` within `budget` estimated tokens, duplicates (the same
-    text imported twice, say a license in two packages) kept once. Raises DocumentError when
-    nothing is imported."""
+def retrieve(store: Store, question: str, rule: RetrievalRule | None = None) -> list[Source]:
+    """The best passages for `question` by `rule` (rule.py: relevance to the best, count and
+    estimated tokens), duplicates (the same text imported twice, say a license in two packages)
+    kept once. Raises DocumentError when nothing is imported."""
+    rule = rule or RetrievalRule()
     total = store.passage_count()
     if total == 0:
         raise DocumentError(
@@ -117,17 +115,22 @@ def retrieve(
     out: list[Source] = []
     seen: set[str] = set()
     used = 0
-    for hit in store.search_passages(terms, limit=top * 3):
+    best = 0.0
+    for hit in store.search_passages(terms, limit=rule.passages * 3):
+        score = -hit.rank  # FTS5's bm25() is lower for better matches
+        best = best or score
+        if score < rule.relevance * best:
+            break  # best first: the rest score lower still
         key = hashlib.sha1(" ".join(hit.text.split()).lower().encode()).hexdigest()
         if key in seen:
             continue
         seen.add(key)
         size = estimate_tokens(hit.text)
-        if out and used + size > budget:
+        if out and used + size > rule.tokens:
             continue
         used += size
         out.append(Source(hit.title, hit.source, hit.text, hit.id, hit.document_id, hit.heading))
-        if len(out) >= top:
+        if len(out) >= rule.passages:
             break
     return out
 

@@ -2,7 +2,8 @@
 tree verification), streaming text and statistics as events.
 
 The names below load lazily (PEP 562): `from samchat.decoding import DecodingConfig` imports
-params.py only, no torch; `ChatSession` imports the engine (and torch) on first use.
+params.py only, no torch; `ChatSession` imports the session on first use (and torch only where
+the torch engine runs).
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from samchat.decoding.drafter import Drafter, Selector
-    from samchat.decoding.events import Event, ReplyDone, ReplyStats, StepStats, TextDelta
+    from samchat.decoding.events import (
+        Event,
+        PrefillProgress,
+        ReplyDone,
+        ReplyStats,
+        StepStats,
+        TextDelta,
+    )
     from samchat.decoding.params import METHODS, DecodingConfig, SamplingParams
     from samchat.decoding.session import ChatSession
     from samchat.decoding.tree import DraftTree
@@ -22,6 +30,7 @@ _WHERE = {
     "Drafter": "drafter",
     "Selector": "drafter",
     "Event": "events",
+    "PrefillProgress": "events",
     "ReplyDone": "events",
     "ReplyStats": "events",
     "StepStats": "events",
@@ -40,6 +49,7 @@ __all__ = [
     "DraftTree",
     "Drafter",
     "Event",
+    "PrefillProgress",
     "ReplyDone",
     "ReplyStats",
     "SamplingParams",

@@ -1,4 +1,5 @@
-"""What ChatSession.generate streams: text as it is committed, per-step and per-reply statistics."""
+"""What ChatSession.generate streams: the progress of reading a long prompt, text as it is
+committed, per-step and per-reply statistics."""
 
 from __future__ import annotations
 
@@ -75,4 +76,13 @@ class ReplyDone:
     notice: str = ""  # e.g. "dropped 2 oldest turns to fit the context"
 
 
-Event = TextDelta | StepStats | ReplyDone
+@dataclass(frozen=True)
+class PrefillProgress:
+    """A long prompt is being read: `done` of its `total` new tokens are in the cache. Sent
+    first with done 0, then after each piece, only for prompts longer than one piece."""
+
+    done: int
+    total: int
+
+
+Event = TextDelta | StepStats | ReplyDone | PrefillProgress

@@ -7,14 +7,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from samchat.decoding.budget import REPLY_FADE, AcceptanceModel, CostCurve, CostTracker
 from samchat.decoding.context_fit import drop_oldest_turn, dropped_notice
 from samchat.decoding.drafter import PLAIN, Decision, Drafter, Selector
-from samchat.decoding.events import Event, StepStats
+from samchat.decoding.events import Event, PrefillProgress, StepStats
 from samchat.decoding.params import DecodingConfig, SamplingParams
 from samchat.decoding.reply import Reply
 from samchat.decoding.sampling import Sampler
@@ -25,8 +27,6 @@ from samchat.messages import Message
 
 log = logging.getLogger(__name__)
 
-
-PREFILL_CHUNK = 2048
 # A plain step is forced when none ran for this many steps (replies included), so the one-token
 # time (the cost curve's unit and speedup_est's baseline) follows the machine's current load.
 CALIBRATE_EVERY = 64
@@ -166,6 +166,13 @@ class ChatSession:
         """Make the cache hold prompt[:-1]; returns how many tokens were reused. With
         logit_rows, the logits of up to that many of the last new rows are kept in
         `prompt_rows` (ids, logits) for Token Recycling."""
+        keep = self._keep_prefix(prompt)
+        for _ in self._read(prompt, logit_rows):
+            pass
+        return keep
+
+    def _keep_prefix(self, prompt: list[int]) -> int:
+        """Cut the cache back to its longest common prefix with prompt[:-1]: what is reused."""
         keep = min(common_prefix(self._cached, prompt), len(prompt) - 1)
         self.prompt_rows = None
         try:
@@ -174,20 +181,40 @@ class ChatSession:
                 self._engine.reset()
                 keep = 0
             del self._cached[keep:]
-            rest = prompt[keep:-1]
-            for i in range(0, len(rest), PREFILL_CHUNK):
-                chunk = rest[i : i + PREFILL_CHUNK]
-                last = i + PREFILL_CHUNK >= len(rest)
-                rows = min(logit_rows, len(chunk)) if last else 0
-                logits = self._engine.prefill(chunk, rows)
-                if logits is not None:  # an engine may give fewer rows than asked
-                    got = int(logits.shape[0])
-                    self.prompt_rows = (chunk[len(chunk) - got :], logits)
-                self._cached.extend(chunk)
         except BaseException:
             self._restore()
             raise
         return keep
+
+    def _read(self, prompt: list[int], logit_rows: int) -> Generator[int, None, None]:
+        """Read prompt[:-1] past what the cache holds, one engine piece at a time, yielding
+        the new tokens read so far after each; the logits of the last `logit_rows` new rows,
+        whichever pieces they fall in, go to `prompt_rows`. Closed early (a cancelled reply),
+        the cache holds the pieces read."""
+        start = len(self._cached)
+        rest = prompt[start:-1]
+        piece = max(1, self._engine.prefill_chunk)
+        first_row = len(rest) - min(max(logit_rows, 0), len(rest))  # the first row kept
+        kept: list[tuple[list[int], Logits]] = []
+        try:
+            for i in range(0, len(rest), piece):
+                chunk = rest[i : i + piece]
+                rows = max(0, i + len(chunk) - max(i, first_row))
+                logits = self._engine.prefill(chunk, rows)
+                if logits is not None:
+                    got = int(logits.shape[0])
+                    if got < rows:  # an engine may give fewer rows: keep a contiguous run
+                        kept.clear()
+                    kept.append((chunk[len(chunk) - got :], logits))
+                self._cached.extend(chunk)
+                yield i + len(chunk)
+        except BaseException:
+            self._restore()
+            raise
+        if kept:
+            ids = [t for part, _ in kept for t in part]
+            rows_read = kept[0][1] if len(kept) == 1 else np.concatenate([r for _, r in kept])
+            self.prompt_rows = (ids, rows_read)
 
     def prefill_logits(self, messages: list[Message]) -> Logits:
         """Logits the model gives after the rendered prompt, through the KV-reusing path
@@ -309,11 +336,35 @@ class ChatSession:
         params: SamplingParams | None = None,
         cancel: threading.Event | None = None,
     ) -> Iterator[Event]:
-        """Stream the reply to `messages` (ending with a user turn) as TextDelta and StepStats
-        events, then one ReplyDone."""
+        """Stream the reply to `messages` (ending with a user turn): PrefillProgress while a
+        long prompt is read, then TextDelta and StepStats events, then one ReplyDone. `cancel`
+        set ends it, also while the prompt is read."""
         params = params or SamplingParams()
         params.validate()
-        reply, drafting = self._begin_reply(messages, params)
+        t_start = time.perf_counter()
+        prompt, notice, drafting = self._plan_reply(messages, params)
+        reused = self._keep_prefix(prompt)
+        total = len(prompt) - 1 - reused
+        shown = total > self._engine.prefill_chunk  # several pieces: progress is worth it
+        stopped = False
+        reading = self._read(prompt, self._prompt_logit_rows(drafting))
+        try:
+            if shown:
+                yield PrefillProgress(0, total)
+            # Checked before each piece: a cancel seen after a progress event reads no more.
+            while not (stopped := cancel is not None and cancel.is_set()):
+                done = next(reading, None)
+                if done is None:
+                    break
+                if shown:
+                    yield PrefillProgress(done, total)
+        finally:
+            reading.close()  # a cancelled read keeps the pieces read
+        if stopped:
+            drafting = None
+        elif drafting is not None:
+            drafting.begin(prompt, self.prompt_rows)
+        reply = self._new_reply(prompt, params, reused, notice, t_start)
         # Invariant: the cache holds every committed token but reply.pending.
         while reply.finish is None:
             budget = reply.budget(cancel, self.context_limit)
@@ -329,11 +380,10 @@ class ChatSession:
                 yield delta
         yield from self._end_reply(reply, drafting)
 
-    def _begin_reply(
+    def _plan_reply(
         self, messages: list[Message], params: SamplingParams
-    ) -> tuple[Reply, _Drafting | None]:
-        """Fit and prefill the prompt, start the drafters."""
-        t_start = time.perf_counter()
+    ) -> tuple[list[int], str, _Drafting | None]:
+        """Fit the prompt, and plan this reply's drafters."""
         self._engine.fit(measure=self.measure_first)
         prompt, notice = self._fit(messages, params)
         inexact = self._engine.inexact_reason
@@ -342,26 +392,24 @@ class ChatSession:
             notice = f"{notice}; {inexact}" if notice else inexact
         # Each reply is new text: what earlier replies taught counts half (REPLY_FADE).
         self._acceptance.fade(REPLY_FADE)
-        drafting = self._plan_drafting(len(prompt))
-        reused = self.prefill_tokens(prompt, self._prompt_logit_rows(drafting))
-        if drafting is not None:
-            drafting.begin(prompt, self.prompt_rows)
+        return prompt, notice, self._plan_drafting(len(prompt))
+
+    def _new_reply(
+        self, prompt: list[int], params: SamplingParams, reused: int, notice: str, t_start: float
+    ) -> Reply:
         # Setup (drafters, a first cost-curve measurement) counts as prefill, not decoding.
-        t_decode = time.perf_counter()
-        sampler = Sampler(params)
-        reply = Reply(
+        return Reply(
             self._tok,
             params,
-            sampler,
+            Sampler(params),
             prompt,
             self._eos,
             reused=reused,
             notice=notice,
             method=self.config.method,
             t_start=t_start,
-            t_decode=t_decode,
+            t_decode=time.perf_counter(),
         )
-        return reply, drafting
 
     def _prompt_logit_rows(self, drafting: _Drafting | None) -> int:
         """How many new prompt rows Token Recycling learns from (their logits cost an output

@@ -29,6 +29,9 @@ class Engine(Protocol):
 
     name: str  # "torch" | "llamacpp"
     device_type: str  # where the model runs: "cpu", "cuda" or "mps"
+    # Tokens a session prefills per call: a long prompt is read in such pieces, so that it
+    # shows progress and can be cancelled between them.
+    prefill_chunk: int
     # Why drafting is limited (None = trees and sequences both work).
     plain_reason: str | None
     tree_reason: str | None

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 MAX_SEQ = 64  # leaves of one draft tree (trees hold at most 64 nodes)
 KV_TYPE = 8  # GGML_TYPE_Q8_0
 MAX_BATCH = 2048  # tokens per llama_decode (a prefill chunk)
+# A session's prefill pieces: every row's arithmetic here is the same in any batch (see the
+# cache type below), so small pieces change no result and keep a long prompt cancellable.
+PREFILL_PIECE = 256
 # The cost curve is measured after 256 cached tokens and again after each of these (where the
 # model's context allows): verification after a long context costs relatively more, and most
 # of the rise comes in the first thousand tokens (measured: 4 rows 2.4x one after 256, 3.0x
@@ -49,6 +52,7 @@ _CURVES_LOCK = threading.Lock()
 
 class LlamaCppEngine:
     name = "llamacpp"
+    prefill_chunk = PREFILL_PIECE
 
     def __init__(self, lm: Any, n_ctx: int | None = None, cache_dir: Path | None = None) -> None:
         self.lm = lm

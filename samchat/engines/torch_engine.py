@@ -60,6 +60,9 @@ def host(logits: torch.Tensor) -> Logits:
 
 class TorchEngine:
     name = "torch"
+    # A prompt of up to this many tokens is one forward, as in transformers' generate() (the
+    # reference the tests compare with); pieces would round differently on this engine.
+    prefill_chunk = 2048
 
     def __init__(self, lm: Any, cache_dir: Path | None = None, steps: str | None = None) -> None:
         """steps: "dynamic" (every step its own shapes), "graphs" (fixed shapes replayed as

@@ -43,6 +43,13 @@ class ReplyDelta(Message):
 
 
 @dataclass
+class ReplyReading(Message):
+    job: ReplyJob
+    done: int  # prompt tokens read of
+    total: int
+
+
+@dataclass
 class ReplyStep(Message):
     job: ReplyJob
     forward_s: float

@@ -18,6 +18,8 @@ from samchat.corpus.retrieval import (
     retrieve,
     split_content,
 )
+from samchat.corpus.rule import RetrievalRule
+from samchat.errors import SamchatError
 from samchat.store import Store
 
 
@@ -57,8 +59,51 @@ def test_retrieve_ranks_dedupes_and_names_sources(tmp_path: Path) -> None:
         licenses = retrieve(store, "who is granted permission?")
         assert len(licenses) == 1  # the same text in two files is retrieved once
         assert retrieve(store, "zebra") == []
-        within = retrieve(store, "blue office kettle", budget=10)  # estimated tokens
+        # estimated tokens; every passage's relevance kept
+        within = retrieve(store, "blue office kettle", RetrievalRule(relevance=0.0, tokens=10))
         assert [s.text for s in within] == ["The blue kettle warranty lasts 2 years."]
+
+
+def test_passages_far_below_the_best_stay_out(tmp_path: Path) -> None:
+    """The relevance cut: passages scoring under `relevance` x the best stay out, whatever
+    the count and token limits allow; 0 keeps them all, 1 the best alone (and its ties)."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "pump.md").write_text(
+        "# Pump\n\nThe pump valve seal and the pump valve spring wear out; replace the valve.\n"
+    )
+    for i in range(5):  # each mentions one of the words once, among many others
+        filler = " ".join(f"word{i}x{j}" for j in range(60))
+        (docs / f"other{i}.md").write_text(f"# Other {i}\n\n{filler} valve {filler}\n")
+    question = "Which pump valve parts wear out?"
+    with Store.open(tmp_path / "db.sqlite") as store:
+        import_paths(store, [docs])
+        everything = retrieve(store, question, RetrievalRule(relevance=0.0))
+        assert len(everything) == 6 and everything[0].title == "Pump"
+        assert [s.title for s in retrieve(store, question)] == ["Pump"]  # the default cut
+        assert [s.title for s in retrieve(store, question, RetrievalRule(relevance=1.0))] == [
+            "Pump"
+        ]
+        two = retrieve(store, question, RetrievalRule(relevance=0.0, passages=2))
+        assert [s.title for s in two] == ["Pump", everything[1].title]
+
+
+@pytest.mark.parametrize(
+    ("table", "problem"),
+    [
+        ({"relevance": 1.5}, "relevance must be from 0 to 1, not 1.5"),
+        ({"relevance": "high"}, "relevance must be a number from 0 to 1"),
+        ({"passages": 0}, "passages must be a whole number of 1 or more, not 0"),
+        ({"tokens": 2.5}, "tokens must be a whole number of 1 or more, not 2.5"),
+        ({"passage": 3}, "has no key 'passage'; the keys are passages, relevance, tokens"),
+        ([1], "[documents] must be a table"),
+    ],
+)
+def test_a_bad_documents_table_is_one_line(table: object, problem: str) -> None:
+    with pytest.raises(SamchatError) as exc:
+        RetrievalRule.from_mapping(table)
+    assert problem in str(exc.value) and "\n" not in str(exc.value)
+    assert RetrievalRule.from_mapping({"relevance": 0, "tokens": 800}) == RetrievalRule(0.0, 6, 800)
 
 
 def test_query_terms_drop_common_words() -> None:

@@ -18,6 +18,7 @@ import torch
 from samchat.decoding import (
     ChatSession,
     DecodingConfig,
+    PrefillProgress,
     ReplyDone,
     SamplingParams,
     StepStats,
@@ -246,6 +247,50 @@ def test_cancelled_reply_leaves_the_cache_usable(gguf_lm: Any, tree: bool) -> No
     stream.close()
     again, _, _ = _run(session, MSG, SamplingParams(max_new_tokens=48))
     assert again == ids
+
+
+def test_a_long_prompt_is_read_in_pieces_with_progress_and_can_be_cancelled(
+    gguf_lm: Any,
+) -> None:
+    """A prompt of several prefill pieces: progress from 0 to all of it before the first
+    token; the pieces leave the cache one llama_decode of the whole prompt leaves (the next
+    logits bit for bit); a cancel between pieces ends the reply with no text, and the next
+    reply reuses the pieces read and equals a fresh session's."""
+    text = "\n\n".join(LONG_CONTEXT) + "\n\nSummarise the text above."
+    messages = [{"role": "user", "content": text}]
+    session = ChatSession(gguf_lm, DecodingConfig(method="sam+tr"), cost_curve=CPU_CURVE)
+    prompt = session.render(messages)
+    piece = session.engine.prefill_chunk
+    assert len(prompt) > 2 * piece
+    whole = LlamaCppEngine(gguf_lm, n_ctx=2048)
+    try:
+        whole.prefill(prompt[:-1])  # one call: llama.cpp's own micro-batches
+        one_read = whole.forward([prompt[-1]])
+    finally:
+        whole.close()
+    events = list(session.generate(messages, SamplingParams(max_new_tokens=16)))
+    reading = [e for e in events if isinstance(e, PrefillProgress)]
+    first_text = next(i for i, e in enumerate(events) if isinstance(e, TextDelta))
+    total = len(prompt) - 1
+    assert [(e.done, e.total) for e in reading[:2]] == [(0, total), (piece, total)]
+    assert reading[-1].done == total and all(e.total == total for e in reading)
+    assert max(events.index(e) for e in reading) < first_text
+    assert np.array_equal(session.prefill_logits(messages), one_read[0])
+    reply = [t for e in events if isinstance(e, TextDelta) for t in e.token_ids]
+
+    cancel = threading.Event()
+    fresh = ChatSession(gguf_lm, DecodingConfig(method="sam+tr"), cost_curve=CPU_CURVE)
+    out: list[Any] = []
+    for event in fresh.generate(messages, SamplingParams(max_new_tokens=16), cancel):
+        out.append(event)
+        if isinstance(event, PrefillProgress) and event.done > 0:
+            cancel.set()
+    done = out[-1]
+    assert isinstance(done, ReplyDone) and done.finish_reason == "cancelled"
+    assert done.text == "" and not any(isinstance(e, TextDelta) for e in out)
+    assert fresh.cached_tokens == fresh.engine.length == piece  # one piece read, then stopped
+    again, again_done, _ = _run(fresh, messages, SamplingParams(max_new_tokens=16))
+    assert again == reply and again_done.stats.reused_tokens == piece
 
 
 def test_a_file_that_is_not_gguf_is_one_line(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ into the context, and bad input refused in one line before anything is saved."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,18 @@ def test_the_answer_quotes_a_fact_only_the_imported_file_holds(
         assert reply.stats["sources"] == answer["sources"]
         passage = store.passages(source["document_id"])[0]
         assert passage.id == source["passage_id"] and FACT in passage.text
+    # config.toml's [documents] sizes what goes in: with no relevance cut, the weaker passages
+    # about kettles join the answering one; a bad value is one line, before anything runs.
+    config = Path(os.environ["SAMCHAT_CONFIG_DIR"]) / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("[documents]\nrelevance = 0.0\n")
+    assert main(["ask", "--docs", "--json", "--no-save", *base, QUESTION]) == 0
+    every = json.loads(capsys.readouterr().out)["sources"]
+    assert len(every) > len(answer["sources"]) and every[0] == source
+    config.write_text("[documents]\npassages = 0\n")
+    assert main(["ask", "--docs", "--no-save", *base, QUESTION]) == 1
+    [line] = _errors(capsys)
+    assert "[documents] passages must be a whole number of 1 or more, not 0" in line
 
 
 @pytest.mark.model

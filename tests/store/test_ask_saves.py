@@ -4,8 +4,11 @@ few tokens."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -161,3 +164,49 @@ def test_continue_and_chat_exclude_each_other(capsys: pytest.CaptureFixture[str]
         main(["ask", "-c", "--chat", "1", "hi"])
     assert exit_.value.code == 2
     assert "not allowed with" in capsys.readouterr().err
+
+
+@pytest.mark.model
+def test_ask_says_it_reads_a_long_prompt(
+    gguf_lm: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """A prompt of several prefill pieces: one line on stderr says how many tokens are read
+    before the answer starts (stderr is no terminal here: no line rewritten in place); a short
+    prompt, read in one piece, says nothing."""
+    from tests.decoding.prompts import LONG_CONTEXT
+
+    _load_into(gguf_lm, monkeypatch)
+    base = ["--max-new-tokens", "4", "--no-save", "--data-dir", str(tmp_path)]
+    text = "\n\n".join(LONG_CONTEXT) + "\n\nSummarise the text above."
+    assert main(["ask", text, *base]) == 0
+    out = capsys.readouterr()
+    said = [line for line in out.err.splitlines() if line.startswith("[reading ")]
+    assert len(said) == 1 and re.fullmatch(r"\[reading [\d,]{3,} tokens of the prompt…\]", said[0])
+    assert out.out.strip()
+    assert main(["ask", "Name a colour.", *base]) == 0
+    assert "[reading" not in capsys.readouterr().err
+
+
+def test_reading_on_a_terminal_is_one_line_rewritten_then_cleared(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from samchat.commands.ask import _Reading
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    err = Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    reading = _Reading()
+    for done in (0, 512, 1024):
+        reading.update(done, 1528)
+    reading.end()
+    reading.end()  # once only
+    assert err.getvalue() == (
+        "\r[reading 1,528 tokens of the prompt… 0%]"
+        "\r[reading 1,528 tokens of the prompt… 33%]"
+        "\r[reading 1,528 tokens of the prompt… 67%]"
+        "\r\033[K"
+    )

@@ -113,6 +113,44 @@ async def test_stop_keeps_the_partial_reply(
         assert app.chat.chat_view.views()[-1].content == stored.content
 
 
+async def test_a_long_prompt_shows_its_reading_and_esc_stops_it(
+    make_app: Callable[..., SamchatApp], store: Store, gguf_lm: Any
+) -> None:
+    """A prompt of several llama.cpp prefill pieces: the reply's view shows what is read, with
+    a bar, before the first token; Esc stops the reading, the reply ends cancelled and empty,
+    and the bar goes."""
+    from textual.widgets import ProgressBar
+
+    from samchat.decoding.budget import CostCurve
+    from tests.decoding.prompts import LONG_CONTEXT
+
+    app = make_app(lm=gguf_lm, config=config(16), cost_curve=CostCurve.default("cpu"))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await send(pilot, app, "\n\n".join(LONG_CONTEXT) + "\n\nSummarise the text above.")
+
+        def bar() -> ProgressBar | None:
+            job = app.chat.job
+            return job.view.query_one(".msg-reading", ProgressBar) if job is not None else None
+
+        def reading() -> bool:
+            shown = bar()
+            return shown is not None and bool(shown.display) and (shown.progress or 0) > 0
+
+        await wait_for(pilot, reading, 120)
+        assert app.chat.job is not None
+        view = app.chat.job.view
+        label = str(view.query_one(".msg-reading-label", Static).render())
+        assert "tokens of the prompt" in label and "esc stops" in label
+        shown = bar()
+        assert shown is not None and shown.total is not None and shown.total > 2 * 256
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.chat.replies_finished == 1, 60)
+        assert app.chat.chat_id is not None
+        (stored,) = replies(store, app.chat.chat_id)
+        assert stored.finish_reason == "cancelled" and stored.content == ""
+        assert not view.query_one(".msg-reading", ProgressBar).display
+
+
 async def test_regenerate_branches_and_edit_resends(
     make_app: Callable[..., SamchatApp], store: Store, default_lm: Any, curve: Any
 ) -> None:

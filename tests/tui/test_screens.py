@@ -370,6 +370,7 @@ asyncio.run(main())
 
 def test_config_round_trip(tmp_path: Path) -> None:
     from samchat.chat.config import load_config, save_config
+    from samchat.corpus.rule import RetrievalRule
 
     cfg = fixed_config(
         theme="ember",
@@ -379,6 +380,7 @@ def test_config_round_trip(tmp_path: Path) -> None:
         engine="llamacpp",
     )
     cfg.sampling["temperature"] = 0.5
+    cfg.documents = RetrievalRule(relevance=0.75, passages=3, tokens=800)
     path = save_config(cfg, tmp_path / "c.toml")
     again = load_config(path)
     assert again == cfg

@@ -25,6 +25,8 @@ from samchat.tui.themes import ThemeFileError, load_themes, theme_from_dict
         ({"decoding": {"alpha": 0}}, "alpha must be an integer >= 1, got 0"),
         ({"keymap": {"samchat.help": 1}}, "keymap"),
         ({"theme": 3}, "theme"),
+        ({"documents": {"relevance": 2}}, r"\[documents\] relevance must be from 0 to 1, not 2"),
+        ({"documents": {"passages": 0}}, r"\[documents\] passages must be a whole number"),
     ],
 )
 def test_bad_config_values_name_the_problem(section: dict[str, Any], message: str) -> None:

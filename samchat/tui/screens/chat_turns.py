@@ -34,6 +34,7 @@ from samchat.tui.worker_messages import (
     ReplyFailed,
     ReplyFinished,
     ReplyJob,
+    ReplyReading,
     ReplyStep,
     SourcesFailed,
     SourcesReady,
@@ -271,7 +272,11 @@ class ChatTurns(Screen[None]):
     ) -> None:
         try:
             sources = backend.gather_sources(
-                service.data.path, question, retrieval=retrieval, files=files
+                service.data.path,
+                question,
+                retrieval=retrieval,
+                files=files,
+                rule=self.samchat.cfg.documents,
             )
             fitted = gen.fit_sources(history, question, sources, dict(self.samchat.cfg.sampling))
         except SamchatError as exc:
@@ -379,7 +384,7 @@ class ChatTurns(Screen[None]):
     def run_reply(self, job: ReplyJob, gen: Replies, sampling: dict[str, Any]) -> None:
         """The chat service's stream, posted back to the UI (which saves the record)."""
         try:
-            from samchat.decoding.events import StepStats, TextDelta
+            from samchat.decoding.events import PrefillProgress, StepStats, TextDelta
 
             events = stream_reply(gen, job.reply, sampling, job.cancel, job.live.started)
             timing = False
@@ -391,6 +396,8 @@ class ChatTurns(Screen[None]):
                     self.post_message(ReplyDelta(job, ev.text, pieces, n, list(ev.sources), now))
                 elif isinstance(ev, StepStats):
                     self.post_message(ReplyStep(job, ev.forward_s, ev.draft_size == 0))
+                elif isinstance(ev, PrefillProgress):
+                    self.post_message(ReplyReading(job, ev.done, ev.total))
                 elif isinstance(ev, ReplyRecord):
                     # Timing starts before the UI learns the reply is done, so that a prompt
                     # sent meanwhile waits for it instead of racing it for the CPU.
@@ -432,6 +439,10 @@ class ChatTurns(Screen[None]):
         if not msg.busy:
             self.model_ready()  # a prompt that waited is answered now
         self.update_status()
+
+    def on_reply_reading(self, msg: ReplyReading) -> None:
+        if msg.job.view.is_attached:
+            msg.job.view.show_reading(msg.done, msg.total)
 
     def on_reply_step(self, msg: ReplyStep) -> None:
         msg.job.live.on_step(msg.forward_s, msg.plain)

@@ -11,7 +11,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.content import Content
 from textual.message import Message
-from textual.widgets import Collapsible, Markdown, Static
+from textual.widgets import Collapsible, Markdown, ProgressBar, Static
 from textual.widgets.markdown import MarkdownStream
 
 from samchat.chat.live_stats import format_stats
@@ -126,6 +126,9 @@ class MessageView(Vertical, can_focus=True):
             with Collapsible(title=f"sources ({count})", collapsed=True, classes="msg-sources"):
                 yield Static(sources, markup=False)
         if self.role == "assistant":
+            # While a long prompt is read, before the first token: what, and how far.
+            yield Static("", classes="msg-reading-label")
+            yield ProgressBar(show_eta=False, classes="msg-reading")
             yield Static(provenance_content(self.spans), classes="msg-provenance")
             yield Static(format_stats(self.stats), classes="msg-stats")
             used = Static(sources_used(self.stats), classes="msg-used")
@@ -154,7 +157,17 @@ class MessageView(Vertical, can_focus=True):
         self._stream = Markdown.get_stream(self.query_one(".msg-body", Markdown))
         self.query_one(".msg-header", Static).update(self.header_text())
 
+    def show_reading(self, done: int, total: int) -> None:
+        """`done` of the prompt's `total` new tokens read; the bar goes once all are."""
+        label = self.query_one(".msg-reading-label", Static)
+        bar = self.query_one(".msg-reading", ProgressBar)
+        label.update(f"reading {total:,} tokens of the prompt… (esc stops)")
+        bar.update(total=total, progress=done)
+        label.display = bar.display = done < total
+
     async def append(self, text: str, pieces: list[tuple[str, str]]) -> None:
+        if self.role == "assistant" and not self.content:
+            self.show_reading(1, 1)
         self.content += text
         for piece, source in pieces:
             add_span(self.spans, piece, source)
@@ -184,6 +197,8 @@ class MessageView(Vertical, can_focus=True):
             self._stream = None
         self.message_id = message_id
         self.stats = stats
+        if self.role == "assistant":
+            self.show_reading(1, 1)  # a reply cancelled while its prompt was read
         self.spans = self._stored_spans(self.content)  # the engine's provenance, as stored
         self.query_one(".msg-header", Static).update(self.header_text())
         if self.role == "assistant":

@@ -1,0 +1,64 @@
+"""How much retrieved text goes before a question: config.toml's [documents] table.
+
+Passages are taken best BM25 score first while three limits hold: each one scores at least
+`relevance` times the best one's score (so a question one passage answers gets that passage, not
+five weak ones beside it), at most `passages` of them, at most `tokens` estimated tokens. The
+context then cuts what does not fit beside the chat (fit_sources). Every retrieved token is read
+before the first answer token, at the engine's prefill speed: docs/documents.md gives the
+measurement behind the defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
+
+from samchat.errors import SamchatError
+
+# Measured over samchat/bench/data/doc_questions.jsonl (docs/benchmarks.md): every question's
+# answering document stayed in, with about half the passages of no cut.
+DOCS_RELEVANCE = 0.5
+DOCS_TOP = 6  # passages retrieved per question, at most
+DOCS_BUDGET = 1200  # their estimated tokens, at most (fitting then counts exactly)
+
+
+@dataclass(frozen=True)
+class RetrievalRule:
+    SECTION: ClassVar[str] = "documents"
+
+    relevance: float = DOCS_RELEVANCE  # 0 keeps every passage the other limits allow
+    passages: int = DOCS_TOP
+    tokens: int = DOCS_BUDGET
+
+    def to_mapping(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_mapping(cls, table: Any, where: str = "config") -> RetrievalRule:
+        """From a TOML table; one-line SamchatError naming the bad key and what it takes."""
+        if not isinstance(table, dict):
+            raise SamchatError(f"{where}: [{cls.SECTION}] must be a table")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise SamchatError(
+                f"{where}: [{cls.SECTION}] has no key {unknown[0]!r}; "
+                f"the keys are {', '.join(sorted(known))}"
+            )
+        relevance = table.get("relevance", DOCS_RELEVANCE)
+        if isinstance(relevance, bool) or not isinstance(relevance, int | float):
+            raise SamchatError(f"{where}: [{cls.SECTION}] relevance must be a number from 0 to 1")
+        if not 0.0 <= float(relevance) <= 1.0:
+            raise SamchatError(
+                f"{where}: [{cls.SECTION}] relevance must be from 0 to 1, not {relevance}"
+            )
+        counts = {}
+        for key, default in (("passages", DOCS_TOP), ("tokens", DOCS_BUDGET)):
+            value = table.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SamchatError(
+                    f"{where}: [{cls.SECTION}] {key} must be a whole number of 1 or more, "
+                    f"not {value!r}"
+                )
+            counts[key] = value
+        return cls(float(relevance), counts["passages"], counts["tokens"])
