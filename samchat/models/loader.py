@@ -380,7 +380,9 @@ def load_tokenizer(spec: ModelSpec | None = None) -> tuple[Any, str]:
     """The tokenizer alone (fast): for indexing documents without loading weights."""
     spec = spec or ModelSpec()
     _refuse_remote(spec)
-    where = _resolve_source(spec, _noop)
+    # The default model's tokenizer from its GGUF (kept beside it): the torch engine's converted
+    # copy has the same vocabulary and fingerprint, and converting it would take the weights too.
+    where = _resolve_source(spec, _noop, engine="llamacpp")
     tok = _load_tokenizer(where, spec)
     return tok, tokenizer_fingerprint(tok)
 
