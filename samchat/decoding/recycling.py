@@ -108,7 +108,7 @@ def smoothed(prior: Sequence[float], weight: float, hits: Sequence[int], seen: i
 
 
 # top_k_rows reads a row in blocks of this many logits: the k best lie in the k blocks with
-# the highest maxima, so only those are sorted (a full partition of the row costs ten times more).
+# the highest maxima, so only those are sorted (partitioning every whole row is far slower).
 _BLOCK = 128
 
 IntArray = np.ndarray[Any, np.dtype[np.int64]]

@@ -14,8 +14,8 @@ DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 def accelerator_possible() -> bool:
-    """Whether torch could find a GPU here, judged without importing it (a second on a small
-    CPU): an NVIDIA or AMD driver, or a Mac (Apple MPS)."""
+    """Whether torch could find a GPU here, judged without importing it (the import is most
+    of a short ask's start-up on a small CPU): an NVIDIA or AMD driver, or a Mac (Apple MPS)."""
     if sys.platform == "darwin":
         return True
     return any(Path(p).exists() for p in ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd"))
