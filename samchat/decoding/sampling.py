@@ -53,7 +53,7 @@ class Sampler:
         self.params = params
         self.greedy = params.greedy
         # A seed gives the same draws on every machine and engine (numpy's PCG64).
-        self.rng = np.random.default_rng(params.seed)
+        self.rng = None if self.greedy else np.random.default_rng(params.seed)
 
     def choose(self, logits: Row) -> int:
         if self.greedy:
@@ -61,5 +61,6 @@ class Sampler:
         probs = processed_probs(logits, self.params)
         # Inverse CDF: one uniform draw, the first token whose cumulative mass passes it.
         cdf = np.cumsum(probs)
+        assert self.rng is not None
         u = self.rng.random() * cdf[-1]
         return int(min(np.searchsorted(cdf, u, side="right"), len(cdf) - 1))

@@ -138,10 +138,9 @@ class TorchEngine:
             return host(self._fwd.last_rows(inp, self._kv.cache, logits))
 
     def forward(self, ids: list[int], layout: TreeLayout | None = None) -> Logits:
-        return host(self.forward_tensor(ids, layout))
+        return host(self._forward(ids, layout))
 
-    def forward_tensor(self, ids: list[int], layout: TreeLayout | None = None) -> torch.Tensor:
-        """forward() with the logits left where the model runs, in its dtype."""
+    def _forward(self, ids: list[int], layout: TreeLayout | None) -> torch.Tensor:
         with torch.inference_mode():
             static = self._static
             if static is not None and static.fits(len(ids)):
