@@ -46,10 +46,11 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--cuda-graphs",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         default=argparse.SUPPRESS,
         help="torch on a CUDA GPU: replay decode and verify steps as CUDA graphs (fixed "
-        "shapes, the whole context's KV cache allocated up front)",
+        "shapes, the whole context's KV cache allocated up front); on by default where the "
+        "model allows it",
     )
     group.add_argument(
         "--trust-remote-code",
@@ -107,5 +108,5 @@ def spec_from_args(args: argparse.Namespace, engine: str = "auto") -> ModelSpec:
         dtype=getattr(args, "dtype", "auto") or "auto",
         quantize=getattr(args, "quantize", None),
         trust_remote_code=bool(getattr(args, "trust_remote_code", False)),
-        cuda_graphs=bool(getattr(args, "cuda_graphs", False)),
+        cuda_graphs=getattr(args, "cuda_graphs", None),
     )

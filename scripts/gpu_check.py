@@ -146,7 +146,8 @@ def equality(device: str, dtype: str, quick: bool, steps: str = "dynamic") -> di
     }
 
 
-def bnb_4bit(device: torch.device) -> str:
+def bnb_4bit(device: torch.device) -> dict[str, Any] | str:
+    """4-bit bitsandbytes weights: they load, and sam+tr against plain decoding on them."""
     if device.type != "cuda":
         return "not checked (needs CUDA)"
     from samchat.errors import SamchatError
@@ -154,10 +155,35 @@ def bnb_4bit(device: torch.device) -> str:
 
     try:
         lm = load_model(ModelSpec(engine="torch", device="cuda", quantize="4bit"))
-        ids, *_ = decode(lm, "sam+tr", PROMPTS[0], 16)
     except SamchatError as exc:
         return f"failed: {exc}"
-    return f"ok ({len(ids)} tokens decoded)"
+    plain, plain_s, *_ = decode(lm, "plain", PROMPTS[0], 64)
+    spec, spec_s, _, _, inexact = decode(lm, "sam+tr", PROMPTS[0], 64)
+    return {
+        "tokens": len(spec),
+        "identical": plain == spec,
+        "promised_identical": inexact is None,
+        "tokens_per_s": {
+            "plain": round(len(plain) / plain_s, 1),
+            "sam+tr": round(len(spec) / spec_s, 1),
+        },
+    }
+
+
+def _section(out: dict[str, Any], name: str, json_path: Path | None, run: Any) -> None:
+    """One part of the report; a part that fails is reported with its traceback, and the rest
+    still run (a GPU lease is too short to rerun everything for one broken part)."""
+    import traceback
+
+    t0 = time.perf_counter()
+    try:
+        out[name] = run()
+    except Exception:  # reported with its traceback below, not swallowed
+        out[name] = {"error": traceback.format_exc()}
+    print(f"## {name} ({time.perf_counter() - t0:.1f} s)\n{json.dumps(out[name], indent=1)}\n")
+    sys.stdout.flush()
+    if json_path:
+        json_path.write_text(json.dumps(out, indent=1))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,50 +202,63 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "big_model_dtype": "bfloat16" if bf16 or device.type == "cpu" else "float16",
     }
+    print(f"# gpu_check on {out['device']} (torch {out['torch']})\n")
     big_dtype = torch.bfloat16 if out["big_model_dtype"] == "bfloat16" else torch.float16
-    out["random_1b_curve"] = cost_curve(
-        random_llama(device, big_dtype, args.quick), device, args.quick
-    )
+    _section(
+        out, "random_1b_curve", args.json,
+        lambda: cost_curve(random_llama(device, big_dtype, args.quick), device, args.quick),
+    )  # fmt: skip
     if device.type == "cuda":
         torch.cuda.empty_cache()
     from samchat.models.loader import ModelSpec, load_model
 
-    default = load_model(ModelSpec(engine="torch", device=args.device))
-    out["default_model_curve"] = cost_curve(default.model, device, args.quick)
-    del default
+    def default_curve() -> dict[str, Any]:
+        default = load_model(ModelSpec(engine="torch", device=args.device))
+        return cost_curve(default.model, device, args.quick)
+
+    _section(out, "default_model_curve", args.json, default_curve)
     # Fixed-shape steps: CUDA graphs on a GPU; on a CPU the same shapes run eagerly, in
     # float32 only (bfloat16 verification on a CPU rounds unlike one-row steps: inexact).
     runs = [("bfloat16", "dynamic"), ("float32", "dynamic"), ("float32", "static")]
     if device.type == "cuda":
         runs = [(dt, st) for dt in ("bfloat16", "float32") for st in ("dynamic", "graphs")]
-    out["equality"] = [equality(args.device, dt, args.quick, st) for dt, st in runs]
-    out["bitsandbytes_4bit"] = bnb_4bit(device)
-    print(f"# gpu_check on {out['device']} (torch {out['torch']})\n")
-    for name in ("random_1b_curve", "default_model_curve"):
-        curve = out[name]
-        print(f"## {name} ({curve['seconds']} s to measure; kernels: {curve['kernels']})")
-        print("| n | " + " | ".join(curve["relative_cost"]) + " |")
-        print("|---|" + "---|" * len(curve["relative_cost"]))
-        print("| rel | " + " | ".join(str(v) for v in curve["relative_cost"].values()) + " |\n")
-    for eq in out["equality"]:
-        print(
-            f"- default model {eq['dtype']}, {eq['steps']} steps: sam+tr identical to plain "
-            f"{eq['identical']}{'' if eq['promised_identical'] else ' (not promised)'}, "
-            f"tokens/s {eq['tokens_per_s']}, "
-            f"{eq['overhead_ms_per_step']} ms per step outside the forward "
-            "(logits read on the host)"
+    out["equality"] = []
+    for dt, st in runs:
+        _section(
+            out,
+            "run",
+            args.json,
+            lambda dt=dt, st=st: equality(args.device, dt, args.quick, st),
         )
-    print(f"- bitsandbytes 4-bit: {out['bitsandbytes_4bit']}")
+        eq = out.pop("run")
+        out["equality"].append(eq if "error" not in eq else {"dtype": dt, "steps": st, **eq})
+        if "error" not in eq:
+            print(
+                f"- default model {dt}, {st} steps: sam+tr identical to plain "
+                f"{eq['identical']}{'' if eq['promised_identical'] else ' (not promised)'}, "
+                f"tokens/s {eq['tokens_per_s']}, "
+                f"{eq['overhead_ms_per_step']} ms per step outside the forward\n"
+            )
+    _section(out, "bitsandbytes_4bit", args.json, lambda: bnb_4bit(device))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
-    broken = [eq for eq in out["equality"] if eq["promised_identical"] and not eq["all_identical"]]
-    for eq in broken:
+    parts = [(k, v) for k, v in out.items() if k != "equality"] + [
+        (f"equality {e['dtype']} {e['steps']}", e) for e in out["equality"]
+    ]
+    failed = [name for name, part in parts if isinstance(part, dict) and "error" in part]
+    broken = [
+        e for e in out["equality"]
+        if "error" not in e and e["promised_identical"] and not e["all_identical"]
+    ]  # fmt: skip
+    for e in broken:
         print(
-            f"error: {eq['dtype']} {eq['steps']} steps promise output identical to plain and "
-            f"gave {eq['identical']}",
+            f"error: {e['dtype']} {e['steps']} steps promise output identical to plain and "
+            f"gave {e['identical']}",
             file=sys.stderr,
         )
-    return 1 if broken else 0
+    for name in failed:
+        print(f"error: {name} failed:\n{dict(parts)[name]['error']}", file=sys.stderr)
+    return 1 if broken or failed else 0
 
 
 if __name__ == "__main__":

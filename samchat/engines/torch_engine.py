@@ -67,8 +67,8 @@ class TorchEngine:
     def __init__(self, lm: Any, cache_dir: Path | None = None, steps: str | None = None) -> None:
         """steps: "dynamic" (every step its own shapes), "graphs" (fixed shapes replayed as
         CUDA graphs: graphs.py) or "static" (the same fixed shapes, run eagerly: how the tests
-        check that path on a CPU); None: "graphs" where the model was loaded with
-        --cuda-graphs (lm.steps)."""
+        check that path on a CPU), "auto" (graphs where the device and the KV cache allow them,
+        else dynamic); None: as the model was loaded (lm.steps)."""
         self.lm = lm
         self.cache_dir = cache_dir  # where measured costs are kept (None: this process only)
         self.model = lm.model
@@ -78,6 +78,9 @@ class TorchEngine:
         self._kv = KVCache(self.model)
         self._fwd = ModelForward(self.model)
         self.steps = steps or str(getattr(lm, "steps", "dynamic"))
+        if self.steps == "auto":
+            usable = self.device.type == "cuda" and self._kv.slab is not None
+            self.steps = "graphs" if usable else "dynamic"
         if self.steps == "graphs" and self.device.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA device")
         self._static: StaticSteps | None = None

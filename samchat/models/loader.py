@@ -50,7 +50,10 @@ class ModelSpec:
     quantize: str | None = None
     trust_remote_code: bool = False
     engine: str = "auto"  # samchat.engines.ENGINES
-    cuda_graphs: bool = False  # torch on CUDA: steps replayed as CUDA graphs (graphs.py)
+    # torch on CUDA: steps replayed as CUDA graphs (graphs.py); None: wherever they can run
+    # (unquantized weights on CUDA with a uniform KV cache), since an eager step there is
+    # mostly kernel launches (docs/benchmarks.md, "On a GPU").
+    cuda_graphs: bool | None = None
 
 
 @dataclass
@@ -502,6 +505,17 @@ def choose_engine(spec: ModelSpec) -> str:
     return "torch" if unavailable_reason() else "llamacpp"
 
 
+def requested_steps(spec: ModelSpec, device_type: str) -> str:
+    """How the torch engine should run its steps (TorchEngine's `steps`): "graphs" when asked,
+    "auto" (graphs if the model's cache allows them) by default on CUDA for unquantized weights
+    (bitsandbytes layers are not checked under capture), else "dynamic"."""
+    if spec.cuda_graphs:
+        return "graphs"
+    if spec.cuda_graphs is None and device_type == "cuda" and not spec.quantize:
+        return "auto"
+    return "dynamic"
+
+
 def load_model(
     spec: ModelSpec | None = None, progress: Progress | None = None, recent: Path | None = None
 ) -> LoadedModel:
@@ -559,7 +573,7 @@ def load_model(
         eos_ids=_eos_ids(model, tokenizer),
         source=spec.source or where.path,
         dtype=str(dtype).removeprefix("torch."),
-        steps="graphs" if spec.cuda_graphs else "dynamic",
+        steps=requested_steps(spec, device.type),
     )
 
 

@@ -47,6 +47,14 @@ def _engines(default_lm: Any, static_lm: Any) -> tuple[TorchEngine, TorchEngine]
     return TorchEngine(default_lm), TorchEngine(static_lm)
 
 
+def test_auto_steps_run_eagerly_off_cuda(default_lm: Any) -> None:
+    """The default on CUDA ("auto") picks graphs only where they can be captured: a model on
+    the CPU keeps ordinary steps."""
+    engine = TorchEngine(default_lm, steps="auto")
+    assert engine.steps == "dynamic" and engine._static is None
+    assert TorchEngine(default_lm, steps="static")._static is not None
+
+
 @pytest.mark.model
 @torch.inference_mode()  # as the session commits
 def test_a_static_step_computes_what_an_ordinary_step_does(default_lm: Any, static_lm: Any) -> None:

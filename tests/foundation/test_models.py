@@ -133,6 +133,26 @@ def test_cuda_graphs_without_cuda_are_refused() -> None:
     assert choose_engine(ModelSpec(cuda_graphs=True)) == "torch"
 
 
+def test_cuda_graphs_are_the_default_where_they_can_run() -> None:
+    """Unquantized weights on CUDA replay their steps as graphs unless --no-cuda-graphs; a CPU,
+    bitsandbytes weights or an explicit no run them eagerly ("auto" lets the engine decide on
+    the model's KV cache)."""
+    from samchat.cli import build_parser
+    from samchat.cli_options import spec_from_args
+    from samchat.models.loader import requested_steps
+
+    def steps(argv: list[str], device_type: str) -> str:
+        args = build_parser().parse_args(["ask", *argv, "hi"])
+        return requested_steps(spec_from_args(args), device_type)
+
+    assert steps([], "cuda") == "auto"
+    assert steps([], "cpu") == "dynamic"
+    assert steps(["--no-cuda-graphs"], "cuda") == "dynamic"
+    assert steps(["--cuda-graphs"], "cuda") == "graphs"
+    assert steps(["--quantize", "4bit"], "cuda") == "dynamic"
+    assert steps(["--quantize", "4bit", "--cuda-graphs"], "cuda") == "graphs"
+
+
 def test_unavailable_device_is_refused() -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA; the refusal only applies without it")
