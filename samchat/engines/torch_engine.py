@@ -95,11 +95,9 @@ class TorchEngine:
         self.tree_reason: str | None = None
         self.inexact_reason: str | None = None
         if self.dtype in (torch.bfloat16, torch.float16):
-            # Measured (docs/benchmarks.md): in bfloat16 on a CPU with the ordinary kernels,
-            # 11 of 13 greedy sam+tr replies differed from plain ones; a multi-row forward
-            # rounds differently from a one-row one, and half precision turns that into
-            # different tokens. An exact mode (one arithmetic for every row count) passed
-            # its check and still differed on an Intel Xeon (2026-12-03): withdrawn.
+            # A multi-row forward rounds differently from a one-row one, and half precision
+            # turns that into different tokens, on CPUs and GPUs alike (docs/benchmarks.md;
+            # an exact mode with one arithmetic for every row count was tried and withdrawn).
             name = str(self.dtype).removeprefix("torch.")
             self.inexact_reason = (
                 f"in {name}, drafted replies can differ from plain decoding (verification rounds "
