@@ -20,7 +20,7 @@ import torch
 from transformers import StaticCache
 
 from samchat.engines.cpu import cpu_name
-from samchat.engines.torch_engine import TorchEngine
+from samchat.engines.torch.engine import TorchEngine
 from samchat.models import load_model
 from samchat.models.loader import ModelSpec
 

@@ -63,7 +63,7 @@ def random_llama(device: torch.device, dtype: torch.dtype, quick: bool) -> Any:
 
 
 def cost_curve(model: Any, device: torch.device, quick: bool) -> dict[str, Any]:
-    from samchat.decoding.budget import measure_cost_curve
+    from samchat.engines.torch.measure import measure_cost_curve
 
     t0 = time.perf_counter()
     curve = measure_cost_curve(model, device, context=64 if quick else 512, reps=1 if quick else 4)
@@ -83,7 +83,7 @@ def decode(
     each engine's curve: the largest trees, and the CPU run's minutes go to checking, not
     timing (the curves are measured once, above)."""
     from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepStats, TextDelta
-    from samchat.decoding.budget import CostCurve
+    from samchat.engines.cost import CostCurve
 
     curve = CostCurve.flat() if quick else None
     session = ChatSession(lm, DecodingConfig(method=method), None, curve, measure_first=not quick)

@@ -82,8 +82,8 @@ import sys
 try:
     from types import SimpleNamespace
     import numpy as np
-    from samchat.engines.llamacpp import LlamaCppEngine
-    from samchat.engines.llamacpp_model import LlamaWeights
+    from samchat.engines.llamacpp.engine import LlamaCppEngine
+    from samchat.engines.llamacpp.model import LlamaWeights
     from samchat.models.default import bundled_gguf
     path = bundled_gguf()
 except Exception as exc:

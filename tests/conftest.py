@@ -50,11 +50,11 @@ def shared_costs(
     path = tmp_path_factory.getbasetemp() / "shared-cache" / "costs"
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.environ[SHARED_COSTS_ENV] = str(path)
-    from samchat.engines.llamacpp_model import unavailable_reason
+    from samchat.engines.llamacpp.model import unavailable_reason
 
     if unavailable_reason() is None:  # without llama.cpp its own tests fail, not every test
-        from samchat.decoding.budget import CostCurve, save_curve
-        from samchat.engines.llamacpp import LlamaCppEngine, curve_digest
+        from samchat.engines.cost import CostCurve, save_curve
+        from samchat.engines.llamacpp.engine import LlamaCppEngine, curve_digest
 
         gguf_lm = request.getfixturevalue("gguf_lm")
         save_curve(CostCurve.default("cpu"), path / f"{curve_digest(gguf_lm)}.json")
@@ -91,7 +91,7 @@ def default_lm(shared_costs: Path) -> Iterator[object]:
     once. Its cost curve and kernel plan are measured here, once per run, into the shared
     cache: tests in this process take them from the engine's memo, the processes they start
     (`samchat serve --engine torch`) from the file."""
-    from samchat.engines.torch_engine import TorchEngine
+    from samchat.engines.torch.engine import TorchEngine
     from samchat.models import load_model
     from samchat.models.loader import ModelSpec
 

@@ -734,8 +734,8 @@ def llama_pld(lm: Any) -> Any:
     import llama_cpp
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-    from samchat.engines.llamacpp import KV_TYPE
-    from samchat.engines.llamacpp_model import llama, threads
+    from samchat.engines.llamacpp.engine import KV_TYPE
+    from samchat.engines.llamacpp.model import llama, threads
 
     llama()  # initialised once, llama.cpp's log routed to Python logging
 

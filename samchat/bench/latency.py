@@ -88,7 +88,7 @@ def _document(tokenize: Callable[[str], list[int]]) -> str:
 def cases(gguf: Path, doc_tokens: tuple[int, ...]) -> list[Case]:
     """A short question, and one question after each document length (tokens of this GGUF's
     vocabulary, the document cut on a token boundary)."""
-    from samchat.engines.llamacpp_model import llama
+    from samchat.engines.llamacpp.model import llama
 
     vocab = llama().Llama(model_path=str(gguf), vocab_only=True, verbose=False)  # its log quiet
 

@@ -203,7 +203,7 @@ def _meta(
     first = next(iter(models.values()))
     versions = {"torch": str(torch.__version__)}
     if any(lm.engine == "llamacpp" for lm in models.values()):
-        from samchat.engines.llamacpp_model import version
+        from samchat.engines.llamacpp.model import version
 
         versions["llama_cpp_python"] = version()
     return {
@@ -242,7 +242,7 @@ def _meta(
 
 def cost_curve_option(value: str) -> Any:
     """--cost-curve: None (measured), the flat curve, or a fixed curve read from a file."""
-    from samchat.decoding.budget import CostCurve
+    from samchat.engines.cost import CostCurve
 
     if value == "measured":
         return None

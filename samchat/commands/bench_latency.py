@@ -65,7 +65,7 @@ def register_bench(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from samchat.bench import latency
     from samchat.engines.cpu import cpu_name
-    from samchat.engines.llamacpp_model import threads, unavailable_reason
+    from samchat.engines.llamacpp.model import threads, unavailable_reason
     from samchat.models.default import bundled_gguf
     from samchat.models.loader import LLAMACPP_MAX_CONTEXT
 

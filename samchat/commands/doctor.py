@@ -64,7 +64,7 @@ def report(data_dir: Path | None = None) -> list[tuple[str, str]]:
 def _llamacpp_rows() -> list[tuple[str, str]]:
     """The engine `auto` picks for the default model, and the llama.cpp build: its version and
     the CPU features it was compiled for (to compare with `cpu flags`)."""
-    from samchat.engines import llamacpp_model
+    from samchat.engines.llamacpp import model as llamacpp_model
     from samchat.models.loader import ModelSpec, choose_engine
 
     try:
@@ -87,7 +87,7 @@ def _llamacpp_rows() -> list[tuple[str, str]]:
 def _kernel_rows(cache: Path) -> list[tuple[str, str]]:
     """The torch kernels measured fastest on this machine, per model and dtype (chosen at a
     model's first reply, cached with its cost curve)."""
-    from samchat.decoding.budget import cached_kernel_plans
+    from samchat.engines.cost import cached_kernel_plans
 
     plans = cached_kernel_plans(cache / "costs")
     if not plans:

@@ -12,7 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from samchat.decoding.drafter import Drafter, Selector
+    from samchat.decoding.drafter import Drafter
     from samchat.decoding.events import (
         Event,
         PrefillProgress,
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         TextDelta,
     )
     from samchat.decoding.params import METHODS, DecodingConfig, SamplingParams
+    from samchat.decoding.policy import Selector
     from samchat.decoding.session import ChatSession
     from samchat.decoding.tree import DraftTree
 

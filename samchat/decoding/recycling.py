@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from samchat.decoding.budget import FLAT_COST
 from samchat.decoding.drafter import Drafter
 from samchat.decoding.tree import DraftTree
+from samchat.engines.cost import FLAT_COST
 
 log = logging.getLogger(__name__)
 

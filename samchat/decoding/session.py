@@ -13,15 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from samchat.decoding.budget import REPLY_FADE, AcceptanceModel, CostCurve, CostTracker
 from samchat.decoding.context_fit import drop_oldest_turn, dropped_notice
-from samchat.decoding.drafter import PLAIN, Decision, Drafter, Selector
+from samchat.decoding.drafter import Drafter
 from samchat.decoding.events import Event, PrefillProgress, StepStats
 from samchat.decoding.params import DecodingConfig, SamplingParams
+from samchat.decoding.policy import PLAIN, REPLY_FADE, AcceptanceModel, Decision, Selector
 from samchat.decoding.reply import Reply
 from samchat.decoding.sampling import Sampler
 from samchat.decoding.tree import DraftTree
 from samchat.engines import Engine, Logits, open_engine
+from samchat.engines.cost import CostCurve, CostTracker
 from samchat.errors import SamchatError
 from samchat.messages import Message
 

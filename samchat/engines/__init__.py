@@ -18,9 +18,9 @@ def open_engine(lm: Any, cache_dir: Path | None = None) -> Engine:
     """A fresh engine (its own KV cache) over the loaded model's weights; it keeps what it
     measures on this machine under cache_dir (None: in this process only)."""
     if getattr(lm, "engine", "torch") == "llamacpp":
-        from samchat.engines.llamacpp import LlamaCppEngine
+        from samchat.engines.llamacpp.engine import LlamaCppEngine
 
         return LlamaCppEngine(lm, cache_dir=cache_dir)
-    from samchat.engines.torch_engine import TorchEngine
+    from samchat.engines.torch.engine import TorchEngine
 
     return TorchEngine(lm, cache_dir)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 if TYPE_CHECKING:
     import numpy as np
 
-    from samchat.decoding.budget import CostCurve
-    from samchat.decoding.tree import TreeLayout
+    from samchat.engines.cost import CostCurve
+    from samchat.engines.layout import TreeLayout
 
 ENGINES = ("auto", "torch", "llamacpp")
 

@@ -469,7 +469,7 @@ def choose_engine(spec: ModelSpec) -> str:
     gguf = spec.source is None or _names_gguf(spec.source)
     if spec.engine == "torch":
         return "torch"
-    from samchat.engines.llamacpp_model import unavailable_reason
+    from samchat.engines.llamacpp.model import unavailable_reason
 
     if spec.engine == "llamacpp":
         if not gguf and spec.source and Path(spec.source).expanduser().is_file():
@@ -578,7 +578,7 @@ def load_model(
 
 
 def _load_llamacpp(spec: ModelSpec, say: Progress, recent: Path | None) -> LoadedModel:
-    from samchat.engines.llamacpp_model import LlamaWeights
+    from samchat.engines.llamacpp.model import LlamaWeights
 
     where = _resolve_source(spec, say, engine="llamacpp")
     if where.gguf_file is None:

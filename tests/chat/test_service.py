@@ -27,7 +27,7 @@ def service(tmp_path: Path) -> Any:
 
 @pytest.fixture
 def generator(default_lm: Any) -> Generator:
-    from samchat.decoding.budget import CostCurve
+    from samchat.engines.cost import CostCurve
 
     # A known cost curve: measuring one is slow and it only sizes drafts.
     return Generator(

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import torch
 
-from samchat.decoding import fastpath
-from samchat.decoding.forward import ModelForward
-from samchat.decoding.kernels import DEFAULT_PLAN, KernelPlan
-from samchat.decoding.kvcache import KVCache, cache_kwarg
 from samchat.decoding.tree import DraftTree
-from samchat.engines.torch_engine import tree_mask, tree_positions
+from samchat.engines.kernels import DEFAULT_PLAN, KernelPlan
+from samchat.engines.torch import fastpath
+from samchat.engines.torch.engine import tree_mask, tree_positions
+from samchat.engines.torch.forward import ModelForward
+from samchat.engines.torch.kvcache import KVCache, cache_kwarg
 from tests.decoding.conftest import make_tiny_llama
 
 

@@ -20,15 +20,16 @@ from samchat.decoding import (
     SamplingParams,
     StepStats,
     TextDelta,
-    budget,
 )
-from samchat.decoding.budget import CostCurve, load_or_measure
-from samchat.decoding.forward import ModelForward
-from samchat.decoding.graphs import StaticSteps, bucket
-from samchat.decoding.kernels import KernelPlan
-from samchat.decoding.kvcache import KVCache
 from samchat.decoding.tree import DraftTree
-from samchat.engines.torch_engine import TorchEngine
+from samchat.engines import cost
+from samchat.engines.cost import CURVES, CostCurve, load_or_measure
+from samchat.engines.kernels import KernelPlan
+from samchat.engines.torch import measure
+from samchat.engines.torch.engine import TorchEngine
+from samchat.engines.torch.forward import ModelForward
+from samchat.engines.torch.graphs import StaticSteps, bucket
+from samchat.engines.torch.kvcache import KVCache
 from tests.decoding.prompts import LONG_CONTEXT, MULTI_TURN, SINGLE_TURN
 from tests.decoding.test_session_model import CPU_CURVE, MAX_NEW, _reference
 
@@ -184,9 +185,9 @@ def test_fixed_steps_take_the_kernels_measured_for_ordinary_steps(
 ) -> None:
     """Fixed-shape steps time their own step costs, but run the kernels already measured for
     ordinary steps of the same model: one kernel measurement per model, not two."""
-    from samchat.engines import torch_engine
+    from samchat.engines.torch import engine as torch_engine
 
-    monkeypatch.setattr(torch_engine, "_CURVES", {})
+    monkeypatch.setattr(CURVES, "curves", {})
     plan = KernelPlan.of({1: "stock", 2: "wht", 9: "stock"})
     ordinary = TorchEngine(default_lm, tmp_path)
     # As an earlier run leaves it: the ordinary steps' curve and plan in the cache.
@@ -196,7 +197,7 @@ def test_fixed_steps_take_the_kernels_measured_for_ordinary_steps(
         raise AssertionError("the kernels were measured again")
 
     monkeypatch.setattr(torch_engine, "measure_cost_curve", fail)
-    quick = functools.partial(budget.measure_engine, context=32, reps=1)
+    quick = functools.partial(cost.measure_engine, context=32, reps=1)
     monkeypatch.setattr(torch_engine, "measure_engine", quick)
     fixed = TorchEngine(static_lm, tmp_path)
     curve = fixed.cost_curve()
@@ -206,8 +207,8 @@ def test_fixed_steps_take_the_kernels_measured_for_ordinary_steps(
     assert json.loads(saved.read_text())["kernels"] == plan.to_dict()
 
     # Fixed steps first on a new machine: the kernels they measure are kept for ordinary steps.
-    monkeypatch.setattr(torch_engine, "_CURVES", {})
-    timed = functools.partial(budget.measure_cost_curve, context=32, reps=1)
+    monkeypatch.setattr(CURVES, "curves", {})
+    timed = functools.partial(measure.measure_cost_curve, context=32, reps=1)
     monkeypatch.setattr(torch_engine, "measure_cost_curve", timed)
     first = TorchEngine(static_lm, tmp_path / "new").cost_curve()
     monkeypatch.setattr(torch_engine, "measure_cost_curve", fail)

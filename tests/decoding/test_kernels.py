@@ -12,22 +12,23 @@ import numpy as np
 import pytest
 import torch
 
-from samchat.decoding import budget
-from samchat.decoding.budget import (
+from samchat.engines.cost import (
     CURVE_VERSION,
+    CURVES,
     SIZES,
     CostCurve,
     cached_kernel_plans,
     load_or_measure,
-    measure_cost_curve,
 )
-from samchat.decoding.kernels import (
+from samchat.engines.kernels import (
     DEFAULT_PLAN,
     KERNELS,
     KernelPlan,
     measure_kernels,
     plan_from,
 )
+from samchat.engines.torch import measure
+from samchat.engines.torch.measure import measure_cost_curve
 from tests.decoding.conftest import make_tiny_llama
 
 # Made-up forward times (ms) by size and kernel: wht wins 1 row, wht+gqa 2-4 rows, stock 8.
@@ -128,13 +129,13 @@ def test_the_engine_runs_the_measured_plan(
 ) -> None:
     """Plain steps and verification take the plan measured on this machine (from the cache on
     a later start), and every candidate kernel gives the stock logits up to rounding."""
-    from samchat.engines import torch_engine
-    from samchat.engines.torch_engine import TorchEngine
+    from samchat.engines.torch import engine as torch_engine
+    from samchat.engines.torch.engine import TorchEngine
 
-    monkeypatch.setattr(torch_engine, "_CURVES", {})  # measure here, whatever ran before
+    monkeypatch.setattr(CURVES, "curves", {})  # measure here, whatever ran before
     # A short context and three rounds (the median outlasts one stall of a busy machine): this
     # checks where the plan goes, not its precision.
-    quick = functools.partial(budget.measure_cost_curve, context=64, reps=3)
+    quick = functools.partial(measure.measure_cost_curve, context=64, reps=3)
     monkeypatch.setattr(torch_engine, "measure_cost_curve", quick)
     engine = TorchEngine(default_lm, tmp_path)
     assert engine._fwd.plan == DEFAULT_PLAN
@@ -147,13 +148,13 @@ def test_the_engine_runs_the_measured_plan(
     assert cached == curve.kernels and about["dtype"] == "float32" and about["cpu"]
 
     # A fresh process: the plan comes from the cache file, not a new measurement.
-    monkeypatch.setattr(torch_engine, "_CURVES", {})
+    monkeypatch.setattr(CURVES, "curves", {})
 
     def fail(*_: Any, **__: Any) -> CostCurve:
         raise AssertionError("measured again")
 
     monkeypatch.setattr(torch_engine, "measure_cost_curve", fail)
-    monkeypatch.setattr(budget, "measure_cost_curve", fail)
+    monkeypatch.setattr(measure, "measure_cost_curve", fail)
     later = TorchEngine(default_lm, tmp_path)
     later.fit()
     assert later._fwd.plan == curve.kernels

@@ -9,8 +9,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from samchat.decoding.forward import ModelForward
-from samchat.decoding.kvcache import GROW_ROWS, KVCache, SlabLayer
+from samchat.engines.torch.forward import ModelForward
+from samchat.engines.torch.kvcache import GROW_ROWS, KVCache, SlabLayer
 from tests.decoding.conftest import TINY_VOCAB, make_tiny_llama
 
 MODEL = make_tiny_llama()

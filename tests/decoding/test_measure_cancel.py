@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from samchat.decoding.budget import MeasurementCancelled, measure_cost_curve, measure_engine
 from samchat.decoding.session import ChatSession
-from samchat.engines.llamacpp import LlamaCppEngine
+from samchat.engines.cost import CURVES, MeasurementCancelled, measure_engine
+from samchat.engines.llamacpp.engine import LlamaCppEngine
+from samchat.engines.torch.measure import measure_cost_curve
 
 pytestmark = pytest.mark.model
 
@@ -44,7 +45,7 @@ def test_a_session_that_was_stopped_stays_plain_and_keeps_nothing(
     from samchat.decoding import DecodingConfig, SamplingParams
 
     monkeypatch.setattr(LlamaCppEngine, "cached_cost_curve", lambda self: None)  # a new machine
-    monkeypatch.setattr("samchat.engines.llamacpp._CURVES", {})
+    monkeypatch.setattr(CURVES, "curves", {})
     session = ChatSession(gguf_lm, DecodingConfig(), cache_dir=tmp_path, measure_first=False)
     events = list(session.generate([{"role": "user", "content": "Say hi"}], SamplingParams(4)))
     assert events[-1].stats.steps == events[-1].stats.tokens  # plain: one token a step

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from samchat.decoding.budget import DEFAULT_CPU, AcceptanceModel, CostCurve, CostTracker
-from samchat.decoding.drafter import Drafter, Selector
+from samchat.decoding.drafter import Drafter
 from samchat.decoding.params import DecodingConfig
+from samchat.decoding.policy import AcceptanceModel, Selector
 from samchat.decoding.tree import DraftTree
+from samchat.engines.cost import DEFAULT_CPU, CostCurve, CostTracker
 from samchat.errors import SamchatError
 
 

@@ -20,9 +20,9 @@ from samchat.decoding import (
     StepStats,
     TextDelta,
 )
-from samchat.decoding.budget import CostCurve
 from samchat.decoding.drafter import Drafter
 from samchat.decoding.tree import DraftTree
+from samchat.engines.cost import CostCurve
 from samchat.errors import SamchatError
 from tests.decoding.prompts import (
     LONG_CONTEXT,

@@ -11,11 +11,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from samchat.decoding.budget import CostCurve
 from samchat.decoding.params import SamplingParams
 from samchat.decoding.sampling import Sampler
 from samchat.decoding.session import ChatSession
 from samchat.decoding.tree import DraftTree
+from samchat.engines.cost import CostCurve
 from tests.decoding.conftest import TINY_VOCAB, full_logits, make_tiny_llama, tiny_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread")

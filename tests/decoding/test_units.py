@@ -10,22 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from samchat.decoding.budget import (
-    CURVE_VERSION,
-    REPLY_FADE,
-    REPLY_START,
-    SIZES,
-    AcceptanceModel,
-    CostCurve,
-    CostTracker,
-    MeasurementCancelled,
-    best_sequence_length,
-    bucket,
-    load_or_measure,
-    measure_cost_curve,
-    measure_engine,
-)
-from samchat.decoding.drafter import Drafter, Selector
+from samchat.decoding.drafter import Drafter
 from samchat.decoding.params import (
     METHODS,
     DecodingConfig,
@@ -36,9 +21,27 @@ from samchat.decoding.params import (
     knobs,
     to_mapping,
 )
+from samchat.decoding.policy import (
+    REPLY_FADE,
+    REPLY_START,
+    AcceptanceModel,
+    Selector,
+    best_sequence_length,
+    bucket,
+)
 from samchat.decoding.sam_drafters import DynamicSamDrafter
 from samchat.decoding.textstream import IncrementalDetokenizer, StopMatcher
 from samchat.decoding.tree import DraftTree
+from samchat.engines.cost import (
+    CURVE_VERSION,
+    SIZES,
+    CostCurve,
+    CostTracker,
+    MeasurementCancelled,
+    load_or_measure,
+    measure_engine,
+)
+from samchat.engines.torch.measure import measure_cost_curve
 from samchat.errors import SamchatError
 
 

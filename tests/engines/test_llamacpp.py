@@ -24,10 +24,10 @@ from samchat.decoding import (
     StepStats,
     TextDelta,
 )
-from samchat.decoding.budget import CostCurve, load_cached, save_curve
 from samchat.decoding.tree import DraftTree
 from samchat.engines import Logits
-from samchat.engines.llamacpp import LlamaCppEngine, curve_digest
+from samchat.engines.cost import CURVES, CostCurve, load_cached, save_curve
+from samchat.engines.llamacpp.engine import LlamaCppEngine, curve_digest
 from samchat.errors import ModelLoadError, SamchatError
 from samchat.models.loader import ModelSpec, load_model
 from tests.decoding.prompts import (
@@ -313,7 +313,7 @@ def test_a_gguf_llama_cpp_cannot_load_is_one_line(tmp_path: Path) -> None:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    from samchat.engines.llamacpp_model import LlamaWeights
+    from samchat.engines.llamacpp.model import LlamaWeights
 
     with pytest.raises(ModelLoadError) as err:
         LlamaWeights.load(path)
@@ -345,7 +345,7 @@ def test_file_type_names_with_spaces(tmp_path: Path) -> None:
     """llama.cpp names some types with spaces ("Q4_K - Medium"); the whole name is kept."""
     import ctypes
 
-    from samchat.engines.llamacpp_model import LlamaWeights, llama
+    from samchat.engines.llamacpp.model import LlamaWeights, llama
     from samchat.models.default import bundled_gguf
 
     lib = llama()
@@ -373,9 +373,9 @@ def test_a_curve_known_here_goes_into_a_cache_that_lacks_it(
 ) -> None:
     """A curve this process read or measured is kept in another cache it meets, unmeasured:
     a second home, or the benches' engines that keep nothing, cost no second timing."""
-    from samchat.engines import llamacpp
+    from samchat.engines.llamacpp import engine as llamacpp
 
-    monkeypatch.setattr(llamacpp, "_CURVES", {})
+    monkeypatch.setattr(CURVES, "curves", {})
 
     def fail(*_: Any, **__: Any) -> CostCurve:
         raise AssertionError("measured again")

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepStats
-from samchat.decoding.budget import CostCurve
-from samchat.decoding.drafter import Selector
+from samchat.decoding.policy import Selector
 from samchat.decoding.recycling import (
     PROMPT_LOGITS,
     PROMPT_ROWS,
@@ -19,6 +18,7 @@ from samchat.decoding.recycling import (
 )
 from samchat.decoding.session import REST_SAMPLE
 from samchat.engines import open_engine
+from samchat.engines.cost import CostCurve
 from tests.decoding.prompts import LONG_CONTEXT
 
 pytestmark = pytest.mark.model

@@ -3,35 +3,23 @@
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from samchat.decoding import fastpath
-from samchat.decoding.budget import (
-    CostCurve,
-    keep_cached,
-    load_cached,
-    load_or_measure,
-    measure_cost_curve,
-    measure_engine,
-)
-from samchat.decoding.forward import ModelForward
-from samchat.decoding.graphs import StaticSteps
-from samchat.decoding.kernels import DEFAULT_PLAN, KernelPlan
-from samchat.decoding.kvcache import KVCache
 from samchat.engines.base import Logits
+from samchat.engines.cost import CURVES, CostCurve, keep_cached, measure_engine
+from samchat.engines.kernels import DEFAULT_PLAN, KernelPlan
+from samchat.engines.torch import fastpath
+from samchat.engines.torch.forward import ModelForward
+from samchat.engines.torch.graphs import StaticSteps
+from samchat.engines.torch.kvcache import KVCache
+from samchat.engines.torch.measure import measure_cost_curve
 
 if TYPE_CHECKING:
-    from samchat.decoding.tree import TreeLayout
-
-# Measured curves (with their kernel plans) by what they were measured on (_digest), so that
-# every model loaded from the same weights in this process shares one measurement.
-_CURVES: dict[str, CostCurve] = {}
-_CURVES_LOCK = threading.Lock()
+    from samchat.engines.layout import TreeLayout
 
 
 def tree_positions(layout: TreeLayout, cached_len: int, device: torch.device) -> torch.Tensor:
@@ -165,8 +153,7 @@ class TorchEngine:
             curve = self.cost_curve() if measure else self.cached_cost_curve()
             plan = curve.kernels if curve is not None else None
             if plan is None and self._static is not None:
-                with _CURVES_LOCK:
-                    plan = self._dynamic_kernels()
+                plan = self._dynamic_kernels()
             self._fwd.plan = plan or DEFAULT_PLAN
 
     def _curve_file(self, digest: str | None = None) -> Path | None:
@@ -175,12 +162,7 @@ class TorchEngine:
         return cache / "costs" / f"{name}.json" if cache is not None else None
 
     def cached_cost_curve(self) -> CostCurve | None:
-        digest = self._digest()
-        with _CURVES_LOCK:
-            curve = _CURVES.get(digest) or load_cached(self._curve_file())
-            if curve is not None:
-                _CURVES[digest] = curve
-        return curve
+        return CURVES.known(self._digest(), self._curve_file())
 
     def _about(self) -> dict[str, str]:
         """What a measurement is of: it holds for every model object loaded from the same
@@ -214,40 +196,32 @@ class TorchEngine:
 
     def _dynamic_kernels(self) -> KernelPlan | None:
         """The kernel plan already measured for this model on ordinary steps, if any: fixed
-        steps run the same kernels (call with _CURVES_LOCK held)."""
+        steps run the same kernels."""
         digest = self._digest(self._ordinary_about())
-        curve = _CURVES.get(digest) or load_cached(self._curve_file(digest))
+        curve = CURVES.known(digest, self._curve_file(digest))
         return curve.kernels if curve is not None else None
 
     def cost_curve(self, cancelled: Callable[[], bool] | None = None) -> CostCurve:
-        digest = self._digest()
-        with _CURVES_LOCK:  # one measurement at a time: two would disturb each other
-            curve = _CURVES.get(digest)
-            if curve is None:
-                model, device = self.model, self.device
+        model, device = self.model, self.device
 
-                def measure() -> CostCurve:
-                    kernels = self._dynamic_kernels() if self._static is not None else None
-                    if kernels is None:
-                        measured = measure_cost_curve(model, device, cancelled=cancelled)
-                        if self._static is None:
-                            return measured
-                        # What ordinary steps of this model will read, not measure, later.
-                        ordinary = self._ordinary_about()
-                        _CURVES[self._digest(ordinary)] = measured
-                        keep_cached(measured, self._curve_file(self._digest(ordinary)), ordinary)
-                        kernels = measured.kernels
-                    # The kernels of ordinary steps; the costs as fixed-shape steps run them.
-                    self._fwd.plan = kernels or DEFAULT_PLAN
-                    curve = measure_engine(self, int(model.config.vocab_size), cancelled=cancelled)
-                    curve.kernels = kernels
-                    return curve
+        def measure() -> CostCurve:
+            kernels = self._dynamic_kernels() if self._static is not None else None
+            if kernels is None:
+                measured = measure_cost_curve(model, device, cancelled=cancelled)
+                if self._static is None:
+                    return measured
+                # What ordinary steps of this model will read, not measure, later.
+                ordinary = self._ordinary_about()
+                CURVES.curves[self._digest(ordinary)] = measured
+                keep_cached(measured, self._curve_file(self._digest(ordinary)), ordinary)
+                kernels = measured.kernels
+            # The kernels of ordinary steps; the costs as fixed-shape steps run them.
+            self._fwd.plan = kernels or DEFAULT_PLAN
+            curve = measure_engine(self, int(model.config.vocab_size), cancelled=cancelled)
+            curve.kernels = kernels
+            return curve
 
-                curve = load_or_measure(measure, self._curve_file(), about=self._about())
-                _CURVES[digest] = curve
-            else:
-                keep_cached(curve, self._curve_file(), self._about())
-        return curve
+        return CURVES.get(self._digest(), self._curve_file(), measure, self._about())
 
     def describe(self) -> str:
         dtype = str(self.dtype).removeprefix("torch.")
@@ -261,7 +235,7 @@ class TorchEngine:
         """The kernel plan in words, or why there is none yet."""
         if not self._fwd.fast:
             return "the model's own"
-        curve = _CURVES.get(self._digest())
+        curve = CURVES.curves.get(self._digest())
         if curve is None or curve.kernels is None:
             return "chosen by measurement at the first reply"
         return curve.kernels.describe()

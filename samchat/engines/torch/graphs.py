@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from samchat.decoding.fastpath import MAX_ROWS
-from samchat.decoding.forward import ModelForward
-from samchat.decoding.kvcache import KVCache
+from samchat.engines.torch.fastpath import MAX_ROWS
+from samchat.engines.torch.forward import ModelForward
+from samchat.engines.torch.kvcache import KVCache
 
 if TYPE_CHECKING:
-    from samchat.decoding.tree import TreeLayout
+    from samchat.engines.layout import TreeLayout
 
 WINDOW_MIN = 256
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from samchat.decoding import fastpath
-from samchat.decoding.kernels import DEFAULT_PLAN, STOCK_PLAN, KernelPlan
-from samchat.decoding.kvcache import cache_kwarg
+from samchat.engines.kernels import DEFAULT_PLAN, STOCK_PLAN, KernelPlan
+from samchat.engines.torch import fastpath
+from samchat.engines.torch.kvcache import cache_kwarg
 
 _PLAIN_HEADS = frozenset(
     {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}

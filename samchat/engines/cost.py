@@ -1,8 +1,10 @@
-"""Hardware-fitted draft budgets: what a verification forward costs, and how much a draft gains.
+"""What a verification forward costs on this machine: the cost curve (time of n new tokens
+relative to one), its measurement through the Engine interface as decoding meets it, the
+tracker that refines it from real steps, and one memo of measured curves that every engine uses
+(in this process, and cached on disk by what was measured).
 
-The cost curve gives the time of a forward over n new tokens relative to one token. On a GPU it
-is nearly flat up to ~64; on a CPU it climbs fast (ENVIRONMENT.md: 2 -> 1.25x, 8 -> 1.6x,
-32 -> 2.0x), so a draft only pays when the tokens it is expected to add outweigh its extra cost.
+On a GPU the curve is nearly flat up to ~64 rows; on a CPU it climbs fast, so a draft only pays
+when the tokens it is expected to add outweigh its extra cost (decoding/policy.py decides).
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import math
 import os
 import random
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from samchat.decoding.kernels import KernelPlan, measure_kernels, plan_from
+from samchat.engines.kernels import KernelPlan, plan_from
 from samchat.errors import SamchatError
 
 if TYPE_CHECKING:
@@ -153,54 +156,6 @@ class CostCurve:
 
 class MeasurementCancelled(SamchatError):
     """A cost-curve measurement stopped because its caller asked (nothing is cached)."""
-
-
-def measure_cost_curve(
-    model: Any,
-    device: Any,
-    context: int = 256,
-    reps: int = 4,
-    cancelled: Callable[[], bool] | None = None,
-) -> CostCurve:
-    """Time forwards of 1, 2, 4 ... 64 new tokens after `context` cached tokens, on each kernel
-    candidate (kernels.py), and keep the fastest per size: the curve is relative to the
-    fastest one-row forward, and carries the plan as `kernels`.
-
-    Sizes and kernels are interleaved round by round and each keeps its median time, so that
-    bursts of load from other processes hit all alike (the fastest of a few runs is a lucky
-    draw that flatters single-token forwards most)."""
-    import torch  # the torch engine's measurement: only it pays for the import
-
-    from samchat.decoding.forward import ModelForward
-    from samchat.decoding.kvcache import KVCache
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    with torch.inference_mode():
-        kv = KVCache(model)
-        forward = ModelForward(model)  # the same path verification takes
-        vocab = int(model.config.vocab_size)
-        gen = torch.Generator().manual_seed(0)
-        ctx = torch.randint(0, vocab, (1, context), generator=gen).to(device)
-        forward(ctx, kv.cache, last_only=True)
-        inputs = {n: torch.randint(0, vocab, (1, n), generator=gen).to(device) for n in SIZES}
-
-        def run(n: int, kernel: str) -> float:
-            if cancelled is not None and cancelled():
-                raise MeasurementCancelled("the cost-curve measurement was stopped")
-            forward.plan = KernelPlan.only(kernel)
-            sync()
-            t0 = time.perf_counter()
-            forward(inputs[n], kv.cache)
-            sync()
-            dt = time.perf_counter() - t0
-            kv.crop(context)
-            return dt
-
-        plan, med = measure_kernels(run, SIZES, forward.candidates, reps)
-    return CostCurve({n: t / med[1] for n, t in med.items()}, kernels=plan)
 
 
 def measure_engine(
@@ -448,116 +403,45 @@ def cached_kernel_plans(costs_dir: Path) -> list[tuple[dict[str, str], KernelPla
     return found
 
 
-# Acceptance of SAM sequence drafts, by match-length bucket: prior per-token acceptance rate.
-_BUCKET_EDGES = (1, 2, 3, 4, 5, 8, 16, 32)
-_PRIOR_RATE = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85)
-_PRIOR_WEIGHT = 4.0
-
-
-def bucket(match_len: int) -> int:
-    b = 0
-    for edge in _BUCKET_EDGES:
-        if match_len >= edge:
-            b += 1
-        else:
-            break
-    return b
-
-
-# A bucket the selector passes over loses this share of its evidence each time, so a rate that
-# fell below paying drifts back toward the prior and gets tried again (nothing else would ever
-# update it).
-_SKIP_DECAY = 0.97
-# Each reply keeps this share of the evidence before it: acceptance follows the text, and
-# rates learned on one kind of text (extraction, translation) made long drafts fail on the next
-# (summarization, math reasoning: llama.cpp sam+tr 0.96x plain there; 1.00-1.01x with the fade,
-# one run, docs/benchmarks.md).
-REPLY_FADE = 0.5
-# The key suffix of a reply's first step (see drafter.Decision.key). That step comes once per
-# reply, so the reply fade would keep its evidence near two observations and its prior would
-# never be outweighed: it keeps all of it (measured, llama.cpp Q4_1 on the Intel Xeon: 34
-# first-step drafts accepted 24% of the time while the model put them at 57%).
-REPLY_START = "@start"
-
-
-class AcceptanceModel:
-    """Running per-token acceptance rates of sequence drafts, per drafter key and match bucket.
-
-    A sequence draft is modelled as geometric: each next token is accepted with rate a, so
-    a draft of n tokens adds sum(a^i, i=1..n) tokens on average. The maximum-likelihood a from
-    observed steps is accepted / (accepted + rejections), smoothed by a prior. Evidence fades
-    while a bucket is skipped (`skipped`), so no bucket is written off for good.
-    """
+class CurveMemo:
+    """Measured curves by what they were measured on (a digest of the model, dtype, device,
+    CPU and library versions), in this process and in the cost cache: every engine object made
+    from the same weights shares one measurement, and one measurement runs at a time (two would
+    disturb each other)."""
 
     def __init__(self) -> None:
-        self._acc: dict[str, list[float]] = {}  # observed, without the prior
-        self._rej: dict[str, list[float]] = {}
-        self._skips: dict[str, list[int]] = {}
+        self.lock = threading.RLock()
+        self.curves: dict[str, CostCurve] = {}
 
-    def _rows(self, drafter: str) -> tuple[list[float], list[float], list[int]]:
-        if drafter not in self._acc:
-            n = len(_PRIOR_RATE)
-            self._acc[drafter] = [0.0] * n
-            self._rej[drafter] = [0.0] * n
-            self._skips[drafter] = [0] * n
-        return self._acc[drafter], self._rej[drafter], self._skips[drafter]
+    def known(self, digest: str, cache_file: Path | None) -> CostCurve | None:
+        """The curve for digest if this process or the cache has it; never measures."""
+        with self.lock:
+            curve = self.curves.get(digest) or load_cached(cache_file)
+            if curve is not None:
+                self.curves[digest] = curve
+            return curve
 
-    def rate(self, drafter: str, match_len: int) -> float:
-        acc, rej, skips = self._rows(drafter)
-        b = bucket(match_len)
-        w = _SKIP_DECAY ** skips[b]
-        prior = _PRIOR_RATE[b]
-        total = _PRIOR_WEIGHT + w * (acc[b] + rej[b])
-        return (prior * _PRIOR_WEIGHT + w * acc[b]) / total
+    def get(
+        self,
+        digest: str,
+        cache_file: Path | None,
+        measure: Callable[[], CostCurve],
+        about: dict[str, str] | None = None,
+    ) -> CostCurve:
+        """The known curve (kept in `cache_file` too if that lacks it), else measured once."""
+        with self.lock:
+            curve = self.curves.get(digest)
+            if curve is None:
+                curve = load_or_measure(measure, cache_file, about=about)
+                self.curves[digest] = curve
+            else:
+                keep_cached(curve, cache_file, about)
+            return curve
 
-    def skipped(self, drafter: str, match_len: int) -> None:
-        """The selector had this bucket's match and did not draft from it."""
-        self._rows(drafter)[2][bucket(match_len)] += 1
-
-    def fade(self, factor: float) -> None:
-        """Scale the evidence by factor (a new text: what was learned elsewhere counts less),
-        but that of reply starts (REPLY_START)."""
-        for key in self._acc:
-            if key.endswith(REPLY_START):
-                continue
-            for rows in (self._acc[key], self._rej[key]):
-                for b, v in enumerate(rows):
-                    rows[b] = v * factor
-
-    def update(self, drafter: str, match_len: int, draft_len: int, accepted: int) -> None:
-        acc, rej, skips = self._rows(drafter)
-        b = bucket(match_len)
-        if skips[b]:
-            w = _SKIP_DECAY ** skips[b]
-            acc[b] *= w
-            rej[b] *= w
-            skips[b] = 0
-        acc[b] += accepted
-        if accepted < draft_len:
-            rej[b] += 1.0
+    def clear(self) -> None:
+        with self.lock:
+            self.curves.clear()
 
 
-def expected_sequence(rate: float, n: int) -> float:
-    """Expected accepted tokens of an n-token sequence draft: sum(rate^i, i = 1..n)."""
-    total, p = 0.0, 1.0
-    for _ in range(n):
-        p *= rate
-        total += p
-    return total
-
-
-def best_sequence_length(rate: float, cap: int, curve: CostCurve) -> tuple[int, float]:
-    """Draft length n <= cap maximising (1 + expected accepted) / cost(n + 1), and that value
-    (1.0 means a plain step is as good; n = 0 means draft nothing)."""
-    best_n, best_v = 0, 1.0
-    expected = 0.0
-    p = 1.0
-    for n in range(1, cap + 1):
-        p *= rate
-        expected += p
-        v = (1.0 + expected) / curve.rel(n + 1)
-        if v > best_v:
-            best_n, best_v = n, v
-        if p < 1e-3:
-            break
-    return best_n, best_v
+# The one memo of this process (tests clear it to measure again).
+CURVES = CurveMemo()

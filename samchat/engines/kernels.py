@@ -1,4 +1,5 @@
-"""Which kernels a torch forward over n new tokens runs, chosen by timing them on this machine.
+"""Which kernels an engine runs for a forward of n new tokens (a plan the cost curve carries),
+chosen by timing them on this machine. The torch engine has the candidates:
 
 Candidates (fastpath.py): the model's own code ("stock"); `W @ hᵀ` for every linear and the
 output projection ("wht"); and that plus grouped-query attention packed by group ("wht+gqa").

@@ -13,26 +13,19 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from samchat.decoding.budget import (
-    CostCurve,
-    keep_cached,
-    load_cached,
-    load_or_measure,
-    measure_engine,
-)
 from samchat.engines.base import Logits
-from samchat.engines.llamacpp_model import llama, system_info, threads, version
+from samchat.engines.cost import CURVES, CostCurve, measure_engine
+from samchat.engines.llamacpp.model import llama, system_info, threads, version
 from samchat.errors import SamchatError
 
 if TYPE_CHECKING:
-    from samchat.decoding.tree import TreeLayout
+    from samchat.engines.layout import TreeLayout
 
 MAX_SEQ = 64  # leaves of one draft tree (trees hold at most 64 nodes)
 KV_TYPE = 8  # GGML_TYPE_Q8_0
@@ -42,12 +35,9 @@ MAX_BATCH = 2048  # tokens per llama_decode (a prefill chunk)
 PREFILL_PIECE = 256
 # The cost curve is measured after 256 cached tokens and again after each of these (where the
 # model's context allows): verification after a long context costs relatively more, and most
-# of the rise comes in the first thousand tokens (measured: 4 rows 2.4x one after 256, 3.0x
-# after 1,024, 3.1x after 2,048), so a point in between keeps the replies of everyday chats
-# from being priced on the cheap 256-token curve.
+# of the rise comes in the first thousand tokens (docs/benchmarks.md), so a point in between
+# keeps the replies of everyday chats from being priced on the cheap 256-token curve.
 LONG_CONTEXTS = (768, 2048)
-_CURVES: dict[str, CostCurve] = {}
-_CURVES_LOCK = threading.Lock()
 
 
 class LlamaCppEngine:
@@ -264,37 +254,21 @@ class LlamaCppEngine:
 
     def cached_cost_curve(self) -> CostCurve | None:
         digest = curve_digest(self.lm)
-        with _CURVES_LOCK:
-            curve = _CURVES.get(digest) or load_cached(self._curve_file(digest))
-            if curve is not None:
-                _CURVES[digest] = curve
-        return curve
+        return CURVES.known(digest, self._curve_file(digest))
 
     def cost_curve(self, cancelled: Callable[[], bool] | None = None) -> CostCurve:
         longs = _long_contexts(self.lm)
         digest = curve_digest(self.lm)
-        with _CURVES_LOCK:
-            curve = _CURVES.get(digest)
-            if curve is None:
-                lm = self.lm
+        lm = self.lm
 
-                def measure() -> CostCurve:
-                    probe = LlamaCppEngine(lm, n_ctx=max(512, max(longs) + 2 * MAX_SEQ))
-                    try:
-                        return measure_engine(
-                            probe,
-                            self.n_vocab,
-                            long_contexts=longs,
-                            cancelled=cancelled,
-                        )
-                    finally:
-                        probe.close()
+        def measure() -> CostCurve:
+            probe = LlamaCppEngine(lm, n_ctx=max(512, max(longs) + 2 * MAX_SEQ))
+            try:
+                return measure_engine(probe, self.n_vocab, long_contexts=longs, cancelled=cancelled)
+            finally:
+                probe.close()
 
-                curve = load_or_measure(measure, self._curve_file(digest))
-                _CURVES[digest] = curve
-            else:
-                keep_cached(curve, self._curve_file(digest))
-        return curve
+        return CURVES.get(digest, self._curve_file(digest), measure)
 
     def describe(self) -> str:
         return (
