@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from samchat import paths
-from samchat.engines.base import ENGINES
+from samchat.engines.registry import ENGINES
 from samchat.errors import SamchatError
 from samchat.models.device import DEVICES, DTYPES
 from samchat.models.loader import ModelSpec

@@ -23,6 +23,7 @@ from pathlib import Path
 from statistics import mean
 from typing import TYPE_CHECKING, Any
 
+from samchat.engines.registry import DEFAULT, KINDS, engine_kind
 from samchat.errors import SamchatError
 from samchat.messages import Message
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from samchat.models.loader import ModelSpec
 
 ALL_METHODS = ("plain", "pld", "sam", "tr", "sam+tr")
-BENCH_ENGINES = ("torch", "llamacpp")
+BENCH_ENGINES = tuple(kind.name for kind in KINDS)
 SYNTAX = "METHOD or ENGINE[/DTYPE]:METHOD"
 # llama-cpp-python's prompt lookup decoding (the llama.cpp peer of transformers' PLD)
 LLAMA_PLD_TOKENS = 10
@@ -259,18 +260,19 @@ def _parse_setup(prefix: str, name: str, torch_dtype: str) -> str:
             f"unknown engine {engine!r} in method {name}; use {' or '.join(BENCH_ENGINES)} "
             f"({SYNTAX}; a bare METHOD runs on the default engine)"
         )
-    if engine == "llamacpp":
+    kind = engine_kind(engine)
+    if not kind.torch_options:
         if slash:
             raise SamchatError(
-                f"method {name}: llama.cpp runs the GGUF file's own types, so it takes no "
-                f"dtype; write llamacpp:{split_key(name)[1]} (dtypes apply to torch)"
+                f"method {name}: {kind.label} runs the GGUF file's own types, so it takes no "
+                f"dtype; write {kind.name}:{split_key(name)[1]} (dtypes apply to {DEFAULT.name})"
             )
-        return "llamacpp"
+        return kind.name
     if slash and dtype not in DTYPES:
         raise SamchatError(
             f"unknown dtype {dtype!r} in method {name}; use one of {', '.join(DTYPES)}"
         )
-    return setup_label("torch", dtype if slash else torch_dtype)
+    return setup_label(kind.name, dtype if slash else torch_dtype)
 
 
 def _qualify(text: str, default: str, torch_dtype: str) -> list[str]:
@@ -298,8 +300,8 @@ def _qualify(text: str, default: str, torch_dtype: str) -> list[str]:
 def parse_methods(text: str, default: str, torch_dtype: str = "auto") -> tuple[str, ...]:
     """Method keys grouped by configuration (in the order they first appear), each group led
     by its plain decoding: the yardstick, always run. `default` is the configuration of bare
-    names (a label: "llamacpp", "torch", "torch/bfloat16"); `torch_dtype` the dtype of
-    `torch:` names (--dtype)."""
+    names (a label: an engine's name, with a dtype for torch: torch/bfloat16); `torch_dtype`
+    the dtype of `torch:` names (--dtype)."""
     groups: dict[str, list[str]] = {}
     for key in _qualify(text, default, torch_dtype):
         label = split_key(key)[0]
@@ -329,17 +331,18 @@ def default_setup(spec: ModelSpec) -> str:
     model, with --dtype for torch."""
     from samchat.models.loader import choose_engine
 
-    engine = choose_engine(spec)
-    return setup_label(engine, spec.dtype if engine == "torch" else "auto")
+    kind = engine_kind(choose_engine(spec))
+    return setup_label(kind.name, spec.dtype if kind.torch_options else "auto")
 
 
 def setup_spec(base: ModelSpec, label: str) -> ModelSpec:
     """What to load for a configuration: the command line's model, this engine and dtype
     (llama.cpp takes the file's own types: no dtype, no quantization)."""
     engine, _, dtype = label.partition("/")
-    if engine == "llamacpp":
-        return replace(base, engine="llamacpp", dtype="auto", quantize=None)
-    return replace(base, engine="torch", dtype=dtype or "auto")
+    kind = engine_kind(engine)
+    if not kind.torch_options:
+        return replace(base, engine=kind.name, dtype="auto", quantize=None)
+    return replace(base, engine=kind.name, dtype=dtype or "auto")
 
 
 def method_order(methods: Sequence[str], question: int, pass_index: int) -> list[str]:
@@ -389,7 +392,9 @@ class DecodeBench:
             for m in methods:
                 label, method = split_key(m)
                 lm = self.models[label]
-                if method == "pld" and lm.engine == "llamacpp" and label not in self._llamas:
+                # llama-cpp-python's own prompt lookup, on the same GGUF file
+                native = lm.kind.native_gguf
+                if method == "pld" and native and label not in self._llamas:
                     self._llamas[label] = llama_pld(lm)
         except BaseException:
             self.close()

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from samchat.corpus.retrieval import Fitted, Source
     from samchat.corpus.rule import RetrievalRule
     from samchat.decoding.events import Event
+    from samchat.decoding.params import DecodingConfig, SamplingParams
     from samchat.models.loader import LoadedModel, ModelSpec
     from samchat.remote.client import RemoteModel
     from samchat.remote.endpoint import Endpoint
@@ -192,7 +193,7 @@ def load_lm(
 
 def make_generator(
     lm: LoadedModel | RemoteModel,
-    decoding: dict[str, Any],
+    decoding: DecodingConfig,
     indexer: Any = None,
     cost_curve: Any = None,
     cache_dir: Path | None = None,
@@ -219,7 +220,7 @@ class Generator:
     def __init__(
         self,
         lm: LoadedModel,
-        decoding: dict[str, Any],
+        decoding: DecodingConfig,
         indexer: Any = None,
         cost_curve: Any = None,
         cache_dir: Path | None = None,
@@ -228,7 +229,8 @@ class Generator:
         """measure_first=False: a machine whose costs are not measured yet gets plain replies
         at once, and the front end calls measure_cost_curve() when a reply is done."""
         self.lm = lm
-        self.decoding = dict(decoding)
+        decoding.validate()
+        self.decoding = decoding
         self.indexer = indexer
         self.cost_curve = cost_curve  # None: the session measures (and caches) it
         self.cache_dir = cache_dir  # measured costs and Token Recycling's table live here
@@ -242,14 +244,11 @@ class Generator:
     def session(self) -> Any:
         index = self._index()
         if self._session is None:
-            from samchat.decoding.params import DecodingConfig
             from samchat.decoding.session import ChatSession
 
-            config = DecodingConfig(**self.decoding)
-            config.validate()
             self._session = ChatSession(
                 self.lm,
-                config,
+                self.decoding,
                 index,
                 cost_curve=self.cost_curve,
                 cache_dir=self.cache_dir,
@@ -266,7 +265,7 @@ class Generator:
         """Build the session now, and (measure_first) its verification-cost curve: slow the
         first time on a machine, so that the first reply does not pay for it."""
         session = self.session()
-        if self.measure_first and self.decoding.get("method") != "plain":
+        if self.measure_first and self.decoding.method != "plain":
             session.measure_cost_curve()
 
     def curve_missing(self) -> bool:
@@ -283,22 +282,17 @@ class Generator:
         history: list[Message],
         question: str,
         sources: list[Source],
-        sampling: dict[str, Any],
+        sampling: SamplingParams,
     ) -> Fitted:
         """The user message with the sources this model's context holds after `history`."""
         from samchat.corpus.retrieval import fit_to_session
-        from samchat.decoding.params import SamplingParams, from_mapping
 
-        params = from_mapping(SamplingParams, sampling)
-        return fit_to_session(self.session(), history, question, sources, params.max_new_tokens)
+        return fit_to_session(self.session(), history, question, sources, sampling.max_new_tokens)
 
     def generate(
-        self, messages: list[Message], sampling: dict[str, Any], cancel: Any
+        self, messages: list[Message], sampling: SamplingParams, cancel: Any
     ) -> Iterator[Event]:
-        from samchat.decoding.params import SamplingParams, from_mapping
-
-        params = from_mapping(SamplingParams, sampling)  # checked; seed None = random
-        yield from self.session().generate(messages, params, cancel)
+        yield from self.session().generate(messages, sampling, cancel)  # it checks sampling
 
 
 class FixedIndex:

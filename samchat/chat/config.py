@@ -16,7 +16,7 @@ from typing import Any
 from samchat import paths
 from samchat.corpus.rule import RetrievalRule
 from samchat.decoding.params import DecodingConfig, SamplingParams, from_mapping, to_mapping
-from samchat.engines.base import ENGINES
+from samchat.engines.registry import ENGINES
 from samchat.errors import SamchatError
 from samchat.remote.endpoint import Endpoint, endpoints_from_toml
 
@@ -35,14 +35,6 @@ def config_path() -> Path:
     return paths.config_dir() / CONFIG_NAME
 
 
-def decoding_defaults() -> dict[str, Any]:
-    return to_mapping(DecodingConfig())
-
-
-def sampling_defaults() -> dict[str, Any]:
-    return to_mapping(SamplingParams())
-
-
 @dataclass
 class Config:
     theme: str = DEFAULT_THEME
@@ -50,9 +42,9 @@ class Config:
     model: str = ""  # "" = the default offline model
     device: str = "auto"
     engine: str = "auto"  # one of samchat.engines.ENGINES
-    # Every knob of DecodingConfig / SamplingParams by name, checked (validate_decoding/_sampling).
-    decoding: dict[str, Any] = field(default_factory=decoding_defaults)
-    sampling: dict[str, Any] = field(default_factory=sampling_defaults)
+    # [decoding] and [sampling], checked (parse_decoding / parse_sampling); dicts only in TOML.
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
     documents: RetrievalRule = field(default_factory=RetrievalRule)  # [documents]: retrieval
     # [endpoints.NAME]: OpenAI-compatible servers `openai:NAME` reaches. The user writes them;
     # saving the settings leaves them as they are (to_toml_dict does not hold them).
@@ -65,35 +57,39 @@ class Config:
             "device": self.device,
             "engine": self.engine,
             "keymap": dict(self.keymap),
-            "decoding": {k: v for k, v in self.decoding.items() if v is not None},
-            "sampling": {k: v for k, v in self.sampling.items() if v is not None},
+            "decoding": {k: v for k, v in to_mapping(self.decoding).items() if v is not None},
+            "sampling": {k: v for k, v in to_mapping(self.sampling).items() if v is not None},
             RetrievalRule.SECTION: self.documents.to_mapping(),
         }
 
 
-def _validate(
-    cls: type[DecodingConfig] | type[SamplingParams], values: dict[str, Any]
-) -> dict[str, Any]:
+def parse_decoding(values: dict[str, Any]) -> DecodingConfig:
+    """[decoding]: defaults filled in, types and ranges checked (params.py's rules); raises
+    ConfigError with one line."""
     try:
-        return to_mapping(from_mapping(cls, values, where="config"))
+        return from_mapping(DecodingConfig, values, where="config")
     except SamchatError as exc:
         raise ConfigError(str(exc)) from None
 
 
-def validate_decoding(values: dict[str, Any]) -> dict[str, Any]:
-    """All of DecodingConfig's knobs: defaults filled in, types and ranges checked (params.py's
-    rules); raises ConfigError with one line."""
-    return _validate(DecodingConfig, values)
-
-
-def validate_sampling(values: dict[str, Any]) -> dict[str, Any]:
-    """All of SamplingParams' knobs, as validate_decoding. A negative seed (the old `seed = -1`
-    of config files written before seeds could be unset) means random, as it did."""
+def parse_sampling(values: dict[str, Any]) -> SamplingParams:
+    """[sampling], as parse_decoding. A negative seed (the old `seed = -1` of config files
+    written before seeds could be unset) means random, as it did."""
     values = dict(values)
     seed = values.get("seed")
     if isinstance(seed, int) and not isinstance(seed, bool) and seed < 0:
         values["seed"] = None
-    return _validate(SamplingParams, values)
+    try:
+        return from_mapping(SamplingParams, values, where="config")
+    except SamchatError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _table(data: dict[str, Any], name: str) -> dict[str, Any]:
+    section = data.get(name, {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"config: [{name}] must be a table")
+    return section
 
 
 def from_toml_dict(data: dict[str, Any]) -> Config:
@@ -111,14 +107,8 @@ def from_toml_dict(data: dict[str, Any]) -> Config:
     ):
         raise ConfigError("config: [keymap] must map binding ids to key strings")
     cfg.keymap = dict(keymap)
-    for name, check in (
-        (DecodingConfig.SECTION, validate_decoding),
-        (SamplingParams.SECTION, validate_sampling),
-    ):
-        section = data.get(name, {})
-        if not isinstance(section, dict):
-            raise ConfigError(f"config: [{name}] must be a table")
-        setattr(cfg, name, check(section))
+    cfg.decoding = parse_decoding(_table(data, DecodingConfig.SECTION))
+    cfg.sampling = parse_sampling(_table(data, SamplingParams.SECTION))
     try:
         cfg.documents = RetrievalRule.from_mapping(data.get(RetrievalRule.SECTION, {}))
         cfg.endpoints = endpoints_from_toml(data.get("endpoints", {}))

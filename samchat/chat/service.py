@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from samchat.chat.backend import Replies
     from samchat.decoding.events import Event
+    from samchat.decoding.params import SamplingParams
 
 
 @dataclass
@@ -151,7 +152,7 @@ class ChatService:
 def stream_reply(
     generator: Replies,
     reply: PendingReply,
-    sampling: dict[str, Any],
+    sampling: SamplingParams,
     cancel: threading.Event,
     started: float | None = None,
 ) -> Iterator[Event | ReplyRecord]:

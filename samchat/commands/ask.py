@@ -20,7 +20,15 @@ from samchat.cli_options import (
     spec_from_args,
     store_path,
 )
-from samchat.decoding.params import DecodingConfig, Knob, KnobError, SamplingParams, knob_of
+from samchat.decoding.params import (
+    DecodingConfig,
+    Knob,
+    KnobError,
+    SamplingParams,
+    from_mapping,
+    knob_of,
+    to_mapping,
+)
 from samchat.errors import SamchatError
 from samchat.remote import REMOTE
 
@@ -270,7 +278,7 @@ class _Reading:
             self.open = False
 
 
-def _stream(args: argparse.Namespace, generator: Any, reply: Any, sampling: dict[str, Any]) -> Any:
+def _stream(args: argparse.Namespace, generator: Any, reply: Any, sampling: SamplingParams) -> Any:
     """The reply streamed to stdout (unless --json); its ReplyRecord, None if interrupted."""
     from samchat.chat.service import ReplyRecord, stream_reply
     from samchat.decoding import PrefillProgress, TextDelta
@@ -316,8 +324,8 @@ def _answer(reply: Any, reply_id: int | None, record: Any) -> dict[str, Any]:
 @dataclass(frozen=True)
 class _Settings:
     spec: ModelSpec
-    decoding: dict[str, Any]
-    sampling: dict[str, Any]
+    decoding: DecodingConfig
+    sampling: SamplingParams
     endpoints: dict[str, Endpoint]
     documents: RetrievalRule
 
@@ -333,14 +341,20 @@ def _settings(args: argparse.Namespace) -> _Settings:
     if getattr(args, "device", None) is None:
         args.device = cfg.device
     spec = spec_from_args(args, engine=cfg.engine)
-    decoding, sampling = dict(cfg.decoding), dict(cfg.sampling)
+    decoding, sampling = to_mapping(cfg.decoding), to_mapping(cfg.sampling)
     for cls, name in KNOB_OPTIONS:
         value = getattr(args, name, None)
         if value is None:
             continue  # not given: config.toml's value (or the knob's default)
         target = decoding if cls is DecodingConfig else sampling
         target[name] = tuple(value) if isinstance(value, list) else value
-    return _Settings(spec, decoding, sampling, cfg.endpoints, cfg.documents)
+    return _Settings(
+        spec,
+        from_mapping(DecodingConfig, decoding),  # a bad option: one line (KnobError)
+        from_mapping(SamplingParams, sampling),
+        cfg.endpoints,
+        cfg.documents,
+    )
 
 
 def _configured_engine(args: argparse.Namespace) -> str:

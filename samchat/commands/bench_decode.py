@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     )
     first = models[labels[0]]
     output: dict[str, Any] = {"meta": _meta(args, path, models, methods, default)}
-    if any(k.startswith("llamacpp:") and split_key(k)[1] == "pld" for k in methods):
+    if any(models[split_key(k)[0]].kind.native_gguf and split_key(k)[1] == "pld" for k in methods):
         output["meta"]["llamacpp_pld"] = llama_pld_settings()
     tables: dict[str, Any] = {}
     try:
@@ -202,7 +202,7 @@ def _meta(
 
     first = next(iter(models.values()))
     versions = {"torch": str(torch.__version__)}
-    if any(lm.engine == "llamacpp" for lm in models.values()):
+    if any(lm.kind.native_gguf for lm in models.values()):
         from samchat.engines.llamacpp.model import version
 
         versions["llama_cpp_python"] = version()

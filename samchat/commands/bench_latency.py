@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
     from samchat.bench import latency
     from samchat.engines.cpu import cpu_name
     from samchat.engines.llamacpp.model import threads, unavailable_reason
+    from samchat.engines.registry import GGUF_MAX_CONTEXT
     from samchat.models.default import bundled_gguf
-    from samchat.models.loader import LLAMACPP_MAX_CONTEXT
 
     problem = unavailable_reason()
     if problem is not None:
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
             repeat=args.repeat,
             max_new_tokens=args.max_new_tokens,
             first_use=not args.no_first_use,
-            n_ctx=LLAMACPP_MAX_CONTEXT,
+            n_ctx=GGUF_MAX_CONTEXT,
             threads=n_threads,
             progress=say,
         )

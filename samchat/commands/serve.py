@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from typing import Any
@@ -81,9 +82,9 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     config = load_config()
-    decoding = dict(config.decoding)
+    decoding = config.decoding
     if args.method:
-        decoding["method"] = args.method
+        decoding = dataclasses.replace(decoding, method=args.method)
     sock = bind(args.host, args.port)  # before the model: a busy port fails at once
     try:
         with Store.open(store_path(args)) as store:  # created or migrated now

@@ -33,13 +33,12 @@ def bucket(match_len: int) -> int:
 _SKIP_DECAY = 0.97
 # Each reply keeps this share of the evidence before it: acceptance follows the text, and
 # rates learned on one kind of text (extraction, translation) made long drafts fail on the next
-# (summarization, math reasoning: llama.cpp sam+tr 0.96x plain there; 1.00-1.01x with the fade,
-# one run, docs/benchmarks.md).
+# (summarization, math reasoning), which the fade repaired (docs/benchmarks.md).
 REPLY_FADE = 0.5
 # The key suffix of a reply's first step (see drafter.Decision.key). That step comes once per
 # reply, so the reply fade would keep its evidence near two observations and its prior would
-# never be outweighed: it keeps all of it (measured, llama.cpp Q4_1 on the Intel Xeon: 34
-# first-step drafts accepted 24% of the time while the model put them at 57%).
+# never be outweighed: it keeps all of it (first-step drafts were accepted far less often than
+# the faded rates predicted, docs/benchmarks.md).
 REPLY_START = "@start"
 
 

@@ -1,15 +1,16 @@
 """Engines: the few model operations the decoding loop needs (prefill with prefix reuse, one
 forward over a draft tree, commit the accepted path, cost-curve measurement), behind one small
-interface. `torch_engine` serves Hugging Face models on any torch device; `llamacpp` runs GGUF
-files through llama.cpp. ChatSession, the drafters, the selector and the statistics never ask
-which one runs."""
+interface. `torch/` serves Hugging Face models on any torch device; `llamacpp/` runs GGUF files
+through llama.cpp; `registry` names them. ChatSession, the drafters, the policy and the
+statistics never ask which one runs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from samchat.engines.base import ENGINES, Engine, Logits
+from samchat.engines.base import Engine, Logits
+from samchat.engines.registry import ENGINES, engine_kind
 
 __all__ = ["ENGINES", "Engine", "Logits", "open_engine"]
 
@@ -17,10 +18,4 @@ __all__ = ["ENGINES", "Engine", "Logits", "open_engine"]
 def open_engine(lm: Any, cache_dir: Path | None = None) -> Engine:
     """A fresh engine (its own KV cache) over the loaded model's weights; it keeps what it
     measures on this machine under cache_dir (None: in this process only)."""
-    if getattr(lm, "engine", "torch") == "llamacpp":
-        from samchat.engines.llamacpp.engine import LlamaCppEngine
-
-        return LlamaCppEngine(lm, cache_dir=cache_dir)
-    from samchat.engines.torch.engine import TorchEngine
-
-    return TorchEngine(lm, cache_dir)
+    return engine_kind(str(getattr(lm, "engine", "torch"))).open(lm, cache_dir)

@@ -12,8 +12,6 @@ if TYPE_CHECKING:
     from samchat.engines.cost import CostCurve
     from samchat.engines.layout import TreeLayout
 
-ENGINES = ("auto", "torch", "llamacpp")
-
 # Logits rows (rows, vocab), float32 numpy on the host: the drafters, the sampler and
 # verification read them there whichever engine runs, so the decoding loop needs no tensor
 # library of its own (and the CLI's import of this module no numpy).

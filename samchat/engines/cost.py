@@ -52,8 +52,7 @@ class CostCurve:
     plan the torch engine measured the curve with (kernels.py; None elsewhere). `long`, where
     an engine measured one, is the curve after `long.context` cached tokens (itself with a
     `long` of its own, for a third context): verifying after a long context can cost relatively
-    more (llama.cpp on the AMD EPYC: 4 rows 2.4x one after 256 tokens, 3.0x after 1,024, 3.1x
-    after 2,048, timed back to back), and `at(context)` interpolates between them."""
+    more (llama.cpp on a CPU, docs/benchmarks.md), and `at(context)` interpolates between them."""
 
     def __init__(
         self,

@@ -15,6 +15,14 @@ from typing import Any
 
 from filelock import FileLock
 
+from samchat.engines.registry import (
+    AUTO,
+    DEFAULT,
+    ENGINES,
+    EngineKind,
+    engine_kind,
+    native_gguf_kind,
+)
 from samchat.errors import ModelLoadError
 from samchat.models.catalog import (
     OLLAMA_PREFIX,
@@ -36,8 +44,6 @@ from samchat.paths import model_cache_dir
 from samchat.remote.endpoint import is_remote
 
 Progress = Callable[[str], None]
-# Tokens of context a llama.cpp session allocates at most (a Q8_0 cache per session).
-LLAMACPP_MAX_CONTEXT = 8192
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,7 @@ class ModelSpec:
     dtype: str = "auto"
     quantize: str | None = None
     trust_remote_code: bool = False
-    engine: str = "auto"  # samchat.engines.ENGINES
+    engine: str = "auto"  # samchat.engines.registry.ENGINES
     # torch on CUDA: steps replayed as CUDA graphs (graphs.py); None: wherever they can run
     # (unquantized weights on CUDA with a uniform KV cache), since an eager step there is
     # mostly kernel launches (docs/benchmarks.md, "On a GPU").
@@ -67,7 +73,7 @@ class LoadedModel:
     source: str = ""
     dtype: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
-    engine: str = "torch"  # which samchat.engines implementation runs `model`
+    engine: str = "torch"  # the registry's name of the engine that runs `model`
     # How the torch engine runs decode and verify steps (TorchEngine's `steps`).
     steps: str = "dynamic"
 
@@ -77,17 +83,16 @@ class LoadedModel:
         return str(getattr(self.device, "type", self.device))
 
     @property
+    def kind(self) -> EngineKind:
+        return engine_kind(self.engine)
+
+    @property
     def context_limit(self) -> int:
-        if self.engine == "llamacpp":  # llama.cpp allocates its whole cache up front
-            return min(int(self.model.n_ctx_train), LLAMACPP_MAX_CONTEXT)
-        limit = getattr(self.model.config, "max_position_embeddings", None)
-        return int(limit) if limit else 2048
+        return self.kind.context_limit(self.model)
 
     @property
     def vocab_size(self) -> int:
-        if self.engine == "llamacpp":
-            return int(self.model.n_vocab)
-        return int(self.model.config.vocab_size)
+        return self.kind.vocab_size(self.model)
 
 
 def _noop(_: str) -> None:
@@ -108,9 +113,10 @@ class _Resolved:
     local: bool
 
 
-def _resolve_source(spec: ModelSpec, progress: Progress, engine: str = "torch") -> _Resolved:
+def _resolve_source(spec: ModelSpec, progress: Progress, native_gguf: bool = False) -> _Resolved:
+    """native_gguf: for an engine that runs GGUF files as they are (the bundled one too)."""
     if spec.source is None:
-        if engine == "llamacpp":  # llama.cpp runs the bundled GGUF itself: no conversion
+        if native_gguf:  # the bundled GGUF as it is: no conversion
             gguf = bundled_gguf()
             return _Resolved(str(gguf.parent), gguf.name, DEFAULT_MODEL_NAME, True)
         return _Resolved(str(default_model_dir(progress)), None, DEFAULT_MODEL_NAME, True)
@@ -385,7 +391,7 @@ def load_tokenizer(spec: ModelSpec | None = None) -> tuple[Any, str]:
     _refuse_remote(spec)
     # The default model's tokenizer from its GGUF (kept beside it): the torch engine's converted
     # copy has the same vocabulary and fingerprint, and converting it would take the weights too.
-    where = _resolve_source(spec, _noop, engine="llamacpp")
+    where = _resolve_source(spec, _noop, native_gguf=True)
     tok = _load_tokenizer(where, spec)
     return tok, tokenizer_fingerprint(tok)
 
@@ -460,49 +466,56 @@ def _names_gguf(source: str) -> bool:
 
 
 def choose_engine(spec: ModelSpec) -> str:
-    """The engine that will run spec: `auto` takes llama.cpp for a GGUF model (the bundled
-    default included) on a CPU when llama-cpp-python is installed, torch otherwise."""
-    from samchat.engines import ENGINES
-
+    """The engine that will run spec: `auto` takes the engine that runs GGUF files as they are
+    (llama.cpp) for a GGUF model (the bundled default included) on a CPU where it is installed,
+    the default engine (torch) otherwise. A named engine that cannot run spec is refused."""
     if spec.engine not in ENGINES:
         raise ModelLoadError(f"unknown engine {spec.engine!r}; use one of {', '.join(ENGINES)}")
     gguf = spec.source is None or _names_gguf(spec.source)
-    if spec.engine == "torch":
-        return "torch"
-    from samchat.engines.llamacpp.model import unavailable_reason
+    if spec.engine != AUTO:
+        kind = engine_kind(spec.engine)
+        _refuse(kind, spec, gguf)
+        return kind.name
+    native = native_gguf_kind()
+    on_cpu = spec.device == "cpu" or (
+        spec.device == "auto"
+        and not (accelerator_possible() and resolve_device("auto").type != "cpu")
+    )
+    if native is None or not gguf or _torch_options(spec) or not on_cpu:
+        return DEFAULT.name
+    return DEFAULT.name if native.unavailable_reason() else native.name
 
-    if spec.engine == "llamacpp":
-        if not gguf and spec.source and Path(spec.source).expanduser().is_file():
+
+def _torch_options(spec: ModelSpec) -> bool:
+    return spec.dtype != "auto" or bool(spec.quantize) or bool(spec.cuda_graphs)
+
+
+def _refuse(kind: EngineKind, spec: ModelSpec, gguf: bool) -> None:
+    """A one-line ModelLoadError where `kind` cannot run spec as asked."""
+    other = f"--engine {DEFAULT.name}"
+    if kind.native_gguf and not gguf:
+        if spec.source and Path(spec.source).expanduser().is_file():
             raise ModelLoadError(
-                f"{spec.source} is not a GGUF file (no GGUF header); the llama.cpp engine "
-                "runs .gguf files (pass one, or a model directory with --engine torch)"
+                f"{spec.source} is not a GGUF file (no GGUF header); the {kind.label} engine "
+                f"runs .gguf files (pass one, or a model directory with {other})"
             )
-        if not gguf:
-            raise ModelLoadError(
-                f"the llama.cpp engine runs .gguf files; {spec.source} is not one "
-                "(use --engine torch, or pass a .gguf file)"
-            )
-        if spec.device not in ("auto", "cpu"):
-            raise ModelLoadError(
-                f"the llama.cpp engine runs on the CPU here; drop --device {spec.device} "
-                "or use --engine torch"
-            )
-        if spec.dtype != "auto" or spec.quantize or spec.cuda_graphs:
-            raise ModelLoadError(
-                "the llama.cpp engine runs the GGUF file's own types on the CPU; --dtype, "
-                "--quantize and --cuda-graphs apply to --engine torch"
-            )
-        reason = unavailable_reason()
-        if reason:
-            raise ModelLoadError(f"the llama.cpp engine is unavailable: {reason}")
-        return "llamacpp"
-    if not gguf or spec.dtype != "auto" or spec.quantize or spec.cuda_graphs:
-        return "torch"
-    if spec.device not in ("auto", "cpu"):
-        return "torch"
-    if spec.device == "auto" and accelerator_possible() and resolve_device("auto").type != "cpu":
-        return "torch"
-    return "torch" if unavailable_reason() else "llamacpp"
+        raise ModelLoadError(
+            f"the {kind.label} engine runs .gguf files; {spec.source} is not one "
+            f"(use {other}, or pass a .gguf file)"
+        )
+    if spec.device != AUTO and spec.device not in kind.devices:
+        raise ModelLoadError(
+            f"the {kind.label} engine runs on the CPU here; drop --device {spec.device} "
+            f"or use {other}"
+        )
+    if not kind.torch_options and _torch_options(spec):
+        raise ModelLoadError(
+            f"the {kind.label} engine runs the GGUF file's own types on the CPU; --dtype, "
+            f"--quantize and --cuda-graphs apply to {other}"
+        )
+    reason = kind.unavailable_reason()
+    if reason:
+        raise ModelLoadError(f"the {kind.label} engine is unavailable: {reason}")
 
 
 def requested_steps(spec: ModelSpec, device_type: str) -> str:
@@ -524,8 +537,9 @@ def load_model(
     spec = spec or ModelSpec()
     say = progress or _noop
     _refuse_remote(spec)
-    if choose_engine(spec) == "llamacpp":
-        return _load_llamacpp(spec, say, recent)
+    kind = engine_kind(choose_engine(spec))
+    if kind.native_gguf:
+        return _load_native_gguf(kind, spec, say, recent)
     _quiet_transformers()
     device = resolve_device(spec.device)
     if spec.cuda_graphs and device.type != "cuda":
@@ -577,19 +591,21 @@ def load_model(
     )
 
 
-def _load_llamacpp(spec: ModelSpec, say: Progress, recent: Path | None) -> LoadedModel:
-    from samchat.engines.llamacpp.model import LlamaWeights
+def _load_native_gguf(
+    kind: EngineKind, spec: ModelSpec, say: Progress, recent: Path | None
+) -> LoadedModel:
+    """A GGUF file for an engine that runs it as it is."""
 
-    where = _resolve_source(spec, say, engine="llamacpp")
+    where = _resolve_source(spec, say, native_gguf=True)
     if where.gguf_file is None:
         raise ModelLoadError(
-            f"the llama.cpp engine runs .gguf files; {spec.source} is a directory "
-            "(use --engine torch, or pass the .gguf file inside it)"
+            f"the {kind.label} engine runs .gguf files; {spec.source} is a directory "
+            f"(use --engine {DEFAULT.name}, or pass the .gguf file inside it)"
         )
     tokenizer = _chat_tokenizer(where, spec, say)
     path = Path(where.path) / where.gguf_file
-    say(f"loading {where.gguf_file} with llama.cpp")
-    weights = LlamaWeights.load(path)
+    say(f"loading {where.gguf_file} with {kind.label}")
+    weights = kind.load_gguf(path)
     _remember(spec, recent)
     say("model ready")
     eos = [weights.eos_id] if weights.eos_id >= 0 else []
@@ -604,5 +620,5 @@ def _load_llamacpp(spec: ModelSpec, say: Progress, recent: Path | None) -> Loade
         eos_ids=tuple(dict.fromkeys(eos)),
         source=spec.source or str(path),
         dtype=weights.file_type,
-        engine="llamacpp",
+        engine=kind.name,
     )

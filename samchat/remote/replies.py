@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from samchat.decoding.context_fit import drop_oldest_turn, dropped_notice
 from samchat.decoding.events import Event, ReplyDone, ReplyStats, TextDelta
-from samchat.decoding.params import SamplingParams, from_mapping
+from samchat.decoding.params import SamplingParams
 from samchat.errors import SamchatError
 from samchat.messages import Message
 from samchat.remote import REMOTE
@@ -55,13 +55,13 @@ class RemoteGenerator:
         history: list[Message],
         question: str,
         sources: Sequence[Source],
-        sampling: dict[str, Any],
+        sampling: SamplingParams,
     ) -> Fitted:
         """As many sources as the endpoint's context holds after `history`, counted by
         characters (the server's tokenizer is not here)."""
         from samchat.corpus.retrieval import fit
 
-        params = from_mapping(SamplingParams, sampling)
+        params = sampling
 
         def prompt_tokens(content: str) -> int:
             return sum(_count(m["content"]) + 8 for m in [*history, {"content": content}])
@@ -97,12 +97,13 @@ class RemoteGenerator:
         return msgs, dropped_notice(dropped)
 
     def generate(
-        self, messages: list[Message], sampling: dict[str, Any], cancel: threading.Event
+        self, messages: list[Message], sampling: SamplingParams, cancel: threading.Event
     ) -> Iterator[Event]:
         """Stream the reply; `cancel` drops the connection at once, even while the server is
         silent. A stream the server breaks off keeps its text (finish reason "interrupted",
         with a notice)."""
-        params = from_mapping(SamplingParams, sampling)
+        params = sampling
+        params.validate()
         if len(params.stop) > MAX_STOP:
             raise RemoteError(
                 f"the OpenAI API takes at most {MAX_STOP} stop strings and {len(params.stop)} "

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -22,6 +22,7 @@ from samchat.serve.history import History
 from samchat.serve.worker import EngineWorker
 
 if TYPE_CHECKING:
+    from samchat.decoding.params import DecodingConfig
     from samchat.models.loader import LoadedModel
 
 # Seconds the server waits for open connections at shutdown (in-flight replies are cancelled).
@@ -34,7 +35,7 @@ class ServeOptions:
     port: int
     api_key: str | None
     save: bool
-    decoding: dict[str, Any]  # DecodingConfig's knobs
+    decoding: DecodingConfig
 
 
 def is_loopback(host: str) -> bool:

@@ -3,6 +3,7 @@ model loading. The chat itself, and every action on it, is the ChatScreen's."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable
 from functools import partial
@@ -39,6 +40,7 @@ from samchat.tui.worker_messages import (
 
 if TYPE_CHECKING:
     from samchat.chat.backend import Model, Replies
+    from samchat.decoding.params import DecodingConfig, SamplingParams
 
 
 class SamchatApp(App[None]):
@@ -224,11 +226,12 @@ class SamchatApp(App[None]):
         self.model_state = ModelState.LOADING
         self.model_progress = ""
         self.chat.update_status()
-        self.load_model_worker(source, device, engine, dict(self.cfg.decoding))
+        # A copy: the worker's session keeps these knobs, whatever the settings do meanwhile.
+        self.load_model_worker(source, device, engine, dataclasses.replace(self.cfg.decoding))
 
     @work(thread=True, exclusive=True, group="model", exit_on_error=False)
     def load_model_worker(
-        self, source: str, device: str, engine: str, decoding: dict[str, Any]
+        self, source: str, device: str, engine: str, decoding: DecodingConfig
     ) -> None:
         def progress(text: str) -> None:
             self.post_message(ModelProgress(text))
@@ -361,7 +364,7 @@ class SamchatApp(App[None]):
 
     @guarded
     def action_settings(self) -> None:
-        def done(result: tuple[dict[str, Any], dict[str, Any]] | None) -> None:
+        def done(result: tuple[DecodingConfig, SamplingParams] | None) -> None:
             if result is None:
                 return
             decoding, sampling = result

@@ -12,10 +12,11 @@ import pytest
 from samchat.chat.backend import ChatData, Generator
 from samchat.chat.service import ChatService, PendingReply, ReplyRecord, stream_reply
 from samchat.decoding.events import ReplyDone, TextDelta
+from samchat.decoding.params import DecodingConfig, SamplingParams
 from samchat.errors import SamchatError
 from samchat.store import Store
 
-SAMPLING = {"max_new_tokens": 6, "temperature": 0.0}
+SAMPLING = SamplingParams(max_new_tokens=6, temperature=0.0)
 
 
 @pytest.fixture
@@ -31,7 +32,9 @@ def generator(default_lm: Any) -> Generator:
 
     # A known cost curve: measuring one is slow and it only sizes drafts.
     return Generator(
-        default_lm, {"method": "sam+tr"}, cost_curve=CostCurve.default(default_lm.device_type)
+        default_lm,
+        DecodingConfig(method="sam+tr"),
+        cost_curve=CostCurve.default(default_lm.device_type),
     )
 
 

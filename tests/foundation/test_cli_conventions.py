@@ -208,8 +208,8 @@ def test_saving_the_config_keeps_comments_and_unknown_keys(tmp_path: Path) -> No
     )
     cfg = load_config(path)
     cfg.device = "cpu"
-    cfg.sampling["temperature"] = 0.3
-    cfg.sampling["seed"] = None  # random: TOML has no null, so the key goes
+    cfg.sampling.temperature = 0.3
+    cfg.sampling.seed = None  # random: TOML has no null, so the key goes
     cfg.keymap = {"samchat.help": "f10"}
     save_config(cfg, path)
     text = path.read_text(encoding="utf-8")

@@ -20,6 +20,7 @@ from samchat.chat.backend import ChatData
 from samchat.chat.service import ChatService, ReplyRecord, stream_reply
 from samchat.cli import main
 from samchat.decoding.events import ReplyDone, TextDelta
+from samchat.decoding.params import SamplingParams
 from samchat.remote.client import RemoteError, RemoteModel, connect
 from samchat.remote.endpoint import Endpoint, parse_source
 from samchat.remote.replies import RemoteGenerator
@@ -35,7 +36,7 @@ from tests.remote.fake_servers import (
 )
 from tests.serve.serve_process import Server
 
-LONG = {"max_new_tokens": 400, "temperature": 0.0}
+LONG = SamplingParams(max_new_tokens=400, temperature=0.0)
 COUNT = [{"role": "user", "content": "Count from 1 to 300, one number per line."}]
 
 
@@ -132,7 +133,7 @@ def test_a_cancel_does_not_wait_for_a_silent_server() -> None:
         endpoint = Endpoint(f"http://{where}/v1", timeout_s=60)
         generator = RemoteGenerator(RemoteModel(endpoint, MODEL))
         cancel = threading.Event()
-        events = generator.generate([{"role": "user", "content": "hi"}], {}, cancel)
+        events = generator.generate([{"role": "user", "content": "hi"}], SamplingParams(), cancel)
         texts = [next(events), next(events)]
         assert [e.text for e in texts if isinstance(e, TextDelta)] == ["Hello", " there"]
         timer = threading.Timer(0.3, cancel.set)
@@ -239,7 +240,7 @@ def test_a_long_chat_drops_its_oldest_turns_and_says_so() -> None:
                 {"role": "assistant", "content": f"answer {i} " + "words " * 20},
             ]
         history.append({"role": "user", "content": "the last question"})
-        sampling = {"max_new_tokens": 64, "stop": ("a", "b")}
+        sampling = SamplingParams(max_new_tokens=64, stop=("a", "b"))
         *_, done = RemoteGenerator(lm).generate(history, sampling, threading.Event())
         assert isinstance(done, ReplyDone) and (done.text, done.finish_reason) == ("ok", "stop")
         assert done.notice.startswith("dropped the ") and "oldest message(s)" in done.notice
@@ -249,7 +250,11 @@ def test_a_long_chat_drops_its_oldest_turns_and_says_so() -> None:
         assert kept[1]["role"] == "user" and len(kept) < len(history)
         assert sent["stop"] == ["a", "b"] and sent["max_tokens"] == 64
         with pytest.raises(RemoteError, match="at most 4 stop strings and 5 are set"):
-            list(RemoteGenerator(lm).generate(history, {"stop": tuple("abcde")}, threading.Event()))
+            list(
+                RemoteGenerator(lm).generate(
+                    history, SamplingParams(stop=tuple("abcde")), threading.Event()
+                )
+            )
         alone = [{"role": "user", "content": "x " * 2000}]
         with pytest.raises(RemoteError, match=r"too long for .* context"):
-            list(RemoteGenerator(lm).generate(alone, {}, threading.Event()))
+            list(RemoteGenerator(lm).generate(alone, SamplingParams(), threading.Event()))

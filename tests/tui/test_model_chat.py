@@ -24,8 +24,8 @@ pytestmark = pytest.mark.model
 
 def config(max_new_tokens: int, method: str = "sam+tr") -> Any:
     cfg = fixed_config()
-    cfg.sampling["max_new_tokens"] = max_new_tokens
-    cfg.decoding["method"] = method
+    cfg.sampling.max_new_tokens = max_new_tokens
+    cfg.decoding.method = method
     return cfg
 
 

@@ -104,7 +104,7 @@ async def test_settings_are_validated_and_saved(
         screen.query_one("#set-temperature", Input).value = "0.7"
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen))
-        assert app.cfg.decoding["method"] == "sam"
+        assert app.cfg.decoding.method == "sam"
         saved = tomllib.loads(config_path.read_text())
         assert saved["decoding"]["method"] == "sam"
         assert saved["decoding"]["l_threshold"] == 7
@@ -379,7 +379,7 @@ def test_config_round_trip(tmp_path: Path) -> None:
         device="cpu",
         engine="llamacpp",
     )
-    cfg.sampling["temperature"] = 0.5
+    cfg.sampling.temperature = 0.5
     cfg.documents = RetrievalRule(relevance=0.75, passages=3, tokens=800)
     path = save_config(cfg, tmp_path / "c.toml")
     again = load_config(path)

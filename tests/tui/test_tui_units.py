@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from samchat.chat.config import ConfigError, from_toml_dict, load_config, validate_sampling
+from samchat.chat.config import ConfigError, from_toml_dict, load_config, parse_sampling
 from samchat.chat.live_stats import LiveStats, format_stats
 from samchat.tui.code_blocks import code_blocks
 from samchat.tui.themes import ThemeFileError, load_themes, theme_from_dict
@@ -36,8 +36,8 @@ def test_bad_config_values_name_the_problem(section: dict[str, Any], message: st
 
 def test_missing_config_gives_defaults(tmp_path: Path) -> None:
     cfg = load_config(tmp_path / "none.toml")
-    assert cfg.theme == "samchat-dark" and cfg.decoding["method"] == "sam+tr"
-    assert validate_sampling({})["max_new_tokens"] == 512
+    assert cfg.theme == "samchat-dark" and cfg.decoding.method == "sam+tr"
+    assert parse_sampling({}).max_new_tokens == 512
 
 
 def test_theme_files_are_checked(tmp_path: Path) -> None:

@@ -3,8 +3,8 @@
 Two things make a forward over a few new tokens cost far more than one token on a CPU, though
 both stream the same weights once:
 - `x @ W^T` for a handful of rows runs as a packed GEMM; `W @ x^T` streams W once and, for
-  2-4 rows, runs faster than the one-row GEMV a plain step uses (measured on the reference
-  2-core machine: all 210 linears of the default model, 1 row 63 ms, 2 rows 43 ms).
+  2-4 rows, can run faster than the one-row GEMV a plain step uses (docs/benchmarks.md; which
+  is faster is measured on each machine, kernels.py).
 - grouped-query attention with a mask copies every layer's cached keys and values to repeat
   them per query head; packing the query heads of a group into one sequence avoids the copy.
 

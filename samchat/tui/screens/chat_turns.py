@@ -3,6 +3,7 @@ streaming the reply from a worker and saving it through the chat service."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import TYPE_CHECKING, Any, cast
 
@@ -42,6 +43,7 @@ from samchat.tui.worker_messages import (
 
 if TYPE_CHECKING:
     from samchat.chat.backend import Replies
+    from samchat.decoding.params import SamplingParams
     from samchat.tui.app import SamchatApp
 
 
@@ -128,7 +130,7 @@ class ChatTurns(Screen[None]):
         else:
             parts.append("no model loaded (ctrl+l)")
         if app.lm is None or app.lm.engine != REMOTE:  # a server decodes as it does
-            parts.append(f"method {app.cfg.decoding.get('method', 'sam+tr')}")
+            parts.append(f"method {app.cfg.decoding.method}")
         if self.documents.active:
             parts.append(self.documents.summary())
         if app.index_progress:
@@ -278,7 +280,7 @@ class ChatTurns(Screen[None]):
                 files=files,
                 rule=self.samchat.cfg.documents,
             )
-            fitted = gen.fit_sources(history, question, sources, dict(self.samchat.cfg.sampling))
+            fitted = gen.fit_sources(history, question, sources, self.samchat.cfg.sampling)
         except SamchatError as exc:
             self.post_message(SourcesFailed(question, str(exc)))
         except Exception as exc:  # never take the UI down over a document
@@ -378,10 +380,10 @@ class ChatTurns(Screen[None]):
         job.reply.model = generator.lm.name
         self.job = job
         self.update_status()
-        self.run_reply(job, generator, dict(self.samchat.cfg.sampling))
+        self.run_reply(job, generator, dataclasses.replace(self.samchat.cfg.sampling))
 
     @work(thread=True, group="reply", exit_on_error=False)
-    def run_reply(self, job: ReplyJob, gen: Replies, sampling: dict[str, Any]) -> None:
+    def run_reply(self, job: ReplyJob, gen: Replies, sampling: SamplingParams) -> None:
         """The chat service's stream, posted back to the UI (which saves the record)."""
         try:
             from samchat.decoding.events import PrefillProgress, StepStats, TextDelta

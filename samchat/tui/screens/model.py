@@ -17,7 +17,7 @@ from textual.widgets import Button, Input, Label, OptionList, Select
 from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState
 
-from samchat.engines.base import ENGINES
+from samchat.engines.registry import ENGINES
 from samchat.models.catalog import ModelEntry, list_models
 from samchat.models.default import DEFAULT_MODEL_NAME
 from samchat.models.device import DEVICES

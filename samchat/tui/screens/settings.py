@@ -1,10 +1,10 @@
 """The decoding and sampling settings: one row per knob of DecodingConfig, then of SamplingParams,
 as samchat/decoding/params.py declares them (the widget follows the knob's type, the help text
-is the knob's). Returns (decoding, sampling) dicts, parsed and validated by params.py."""
+is the knob's). Returns (decoding, sampling), parsed and validated by params.py."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -31,7 +31,8 @@ SECTIONS: tuple[tuple[str, type[Any]], ...] = (
     ("Sampling", SamplingParams),
 )
 
-Result = tuple[dict[str, Any], dict[str, Any]]
+Result = tuple[DecodingConfig, SamplingParams]
+T = TypeVar("T", DecodingConfig, SamplingParams)
 
 
 def form_knobs(cls: type[Any]) -> list[Knob]:
@@ -45,20 +46,13 @@ class SettingsScreen(ModalScreen[Result | None]):
         Binding("ctrl+s", "save", "Save", priority=True),
     ]
 
-    def __init__(self, decoding: dict[str, Any], sampling: dict[str, Any]) -> None:
+    def __init__(self, decoding: DecodingConfig, sampling: SamplingParams) -> None:
         super().__init__(classes="dialog-screen")
+        # The form's starting values by knob name (the widgets hold them from then on).
         self.values: dict[type[Any], dict[str, Any]] = {
-            DecodingConfig: dict(decoding),
-            SamplingParams: dict(sampling),
+            DecodingConfig: to_mapping(decoding),
+            SamplingParams: to_mapping(sampling),
         }
-
-    @property
-    def decoding(self) -> dict[str, Any]:
-        return self.values[DecodingConfig]
-
-    @property
-    def sampling(self) -> dict[str, Any]:
-        return self.values[SamplingParams]
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog -wide -tall", id="settings-dialog"):
@@ -87,7 +81,7 @@ class SettingsScreen(ModalScreen[Result | None]):
                 yield Input(knob.text(value), placeholder=hint, id=wid, classes="field-input")
             yield Label(knob.help, classes="field-help")
 
-    def _read(self, cls: type[Any]) -> dict[str, Any]:
+    def _read(self, cls: type[T]) -> T:
         """The form's values for `cls` (knobs without a row keep theirs), parsed and checked."""
         values = dict(self.values[cls])
         for knob in form_knobs(cls):
@@ -96,7 +90,7 @@ class SettingsScreen(ModalScreen[Result | None]):
                 values[knob.name] = knob.parse(widget.value)
             elif isinstance(widget, (Select, Switch)):
                 values[knob.name] = widget.value
-        return to_mapping(from_mapping(cls, values))
+        return from_mapping(cls, values)
 
     def action_save(self) -> None:
         try:

@@ -1,0 +1,122 @@
+"""The engines by name. The loader, the CLI, the benchmarks and the server ask an engine's kind
+what it can do (run a GGUF file as it is, take torch's options, run on a device) instead of
+comparing names, so a new engine is one entry here and its own package.
+
+Importing this module imports no engine: an engine's package is imported when one opens.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from samchat.engines.base import Engine
+
+AUTO = "auto"
+# llama.cpp allocates its whole KV cache up front: a model trained on 128k tokens would take
+# gigabytes before the first reply, so its context stops here.
+GGUF_MAX_CONTEXT = 8192
+
+
+def _attr(ref: str) -> Any:
+    """The object a "module:name" reference names (its module imported now)."""
+    module, _, name = ref.partition(":")
+    found: Any = importlib.import_module(module)
+    for part in name.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def _hf_context(model: Any) -> int:
+    limit = getattr(model.config, "max_position_embeddings", None)
+    return int(limit) if limit else 2048
+
+
+def _hf_vocab(model: Any) -> int:
+    return int(model.config.vocab_size)
+
+
+def _gguf_context(model: Any) -> int:
+    return min(int(model.n_ctx_train), GGUF_MAX_CONTEXT)
+
+
+def _gguf_vocab(model: Any) -> int:
+    return int(model.n_vocab)
+
+
+@dataclass(frozen=True)
+class EngineKind:
+    name: str  # as the CLI, config.toml and LoadedModel.engine spell it
+    label: str  # as messages name it
+    # Runs a GGUF file in its own types (no conversion); otherwise GGUF files are converted.
+    native_gguf: bool
+    # Takes --dtype, --quantize and --cuda-graphs (torch's options).
+    torch_options: bool
+    devices: tuple[str, ...]  # where it runs
+    engine_class: str  # "module:Class" of its Engine, constructed as Class(lm, cache_dir=...)
+    context_limit: Callable[[Any], int]  # of a loaded model object
+    vocab_size: Callable[[Any], int]
+    availability: str | None = None  # "module:function" giving why it cannot run here, or None
+    # "module:function" loading a GGUF file's weights, for a native_gguf engine.
+    gguf_weights: str | None = None
+
+    def open(self, lm: Any, cache_dir: Path | None = None) -> Engine:
+        engine: Engine = _attr(self.engine_class)(lm, cache_dir=cache_dir)
+        return engine
+
+    def load_gguf(self, path: Path) -> Any:
+        """The weights of a GGUF file, as this engine runs them (ModelLoadError if it can't)."""
+        if self.gguf_weights is None:
+            raise TypeError(f"the {self.label} engine converts GGUF files; it loads none itself")
+        return _attr(self.gguf_weights)(path)
+
+    def unavailable_reason(self) -> str | None:
+        if self.availability is None:
+            return None
+        reason: str | None = _attr(self.availability)()
+        return reason
+
+
+TORCH = EngineKind(
+    name="torch",
+    label="torch",
+    native_gguf=False,
+    torch_options=True,
+    devices=("cpu", "cuda", "mps"),
+    engine_class="samchat.engines.torch.engine:TorchEngine",
+    context_limit=_hf_context,
+    vocab_size=_hf_vocab,
+)
+LLAMACPP = EngineKind(
+    name="llamacpp",
+    label="llama.cpp",
+    native_gguf=True,
+    torch_options=False,
+    devices=("cpu",),
+    engine_class="samchat.engines.llamacpp.engine:LlamaCppEngine",
+    context_limit=_gguf_context,
+    vocab_size=_gguf_vocab,
+    availability="samchat.engines.llamacpp.model:unavailable_reason",
+    gguf_weights="samchat.engines.llamacpp.model:LlamaWeights.load",
+)
+# The first is what runs anything the others cannot.
+KINDS: tuple[EngineKind, ...] = (TORCH, LLAMACPP)
+ENGINES: tuple[str, ...] = (AUTO, *(kind.name for kind in KINDS))
+DEFAULT = KINDS[0]
+
+
+def engine_kind(name: str) -> EngineKind:
+    """The kind named `name` (not "auto": the loader resolves that); KeyError if none."""
+    for kind in KINDS:
+        if kind.name == name:
+            return kind
+    raise KeyError(f"unknown engine {name!r}; use one of {', '.join(ENGINES)}")
+
+
+def native_gguf_kind() -> EngineKind | None:
+    """The engine `auto` prefers for GGUF models, where it can run."""
+    return next((kind for kind in KINDS if kind.native_gguf), None)
