@@ -1,4 +1,5 @@
-"""The torch engine: a Hugging Face causal LM with a DynamicCache, on any torch device."""
+"""The torch engine: a Hugging Face causal LM with samchat's KV cache (a preallocated slab where the
+layers allow), on any torch device."""
 
 from __future__ import annotations
 
