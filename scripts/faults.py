@@ -98,24 +98,27 @@ manager.flush()
 """
 )
 
-# `samchat ask`'s path: begin_turn / finish_turn, then the index sync, with a fake stream.
+# `samchat ask`'s path: the chat service's send / finish, then the index sync, with a fake stream.
 ASKER = (
     PRELUDE
     + OPEN
     + """
-from samchat.store.turns import begin_turn, finish_turn
+from samchat.chat.backend import ChatData
+from samchat.chat.service import ChatService, ReplyRecord
+service = ChatService(ChatData(store))
 limit = int(sys.argv[3]) if len(sys.argv) > 3 else 10**9
 size = int(sys.argv[4]) if len(sys.argv) > 4 else 20
 for i in range(limit):
     question = f"question {seed}.{i} about " + " ".join(rng.choice(WORDS) for _ in range(12))
-    turn = begin_turn(store, question, model="m")
-    ack("msg", turn.user_message_id, question)
+    pending = service.send(question, chat_id=None, parent_id=None, model="m")
+    ack("msg", pending.parent_id, question)
     reply = f"answer {seed}.{i}:"
     for w in range(size):
         reply += " " + rng.choice(WORDS)
         if w % 20 == 0:
             time.sleep(0.001)
-    reply_id = finish_turn(store, turn, reply, stats={"tokens": size, "seconds": 0.02})
+    record = ReplyRecord(reply, "stop", {"tokens": size, "seconds": 0.02})
+    reply_id = service.finish(pending, record)
     ack("msg", reply_id, reply)
     manager.sync()
 """

@@ -31,11 +31,6 @@ if TYPE_CHECKING:
     Replies: TypeAlias = "Generator | RemoteGenerator"  # what replies come from
 
 
-def title_from_prompt(text: str, width: int = 48) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= width else line[: width - 1].rstrip() + "…"
-
-
 class ChatData:
     """The store as the UI uses it. Every failure becomes a SamchatError (shown as a notice)."""
 

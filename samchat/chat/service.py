@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from samchat.chat.backend import ChatData, title_from_prompt
+from samchat.chat.backend import ChatData
 from samchat.errors import SamchatError
 from samchat.messages import Message
+from samchat.store.titles import chat_title
 
 if TYPE_CHECKING:
     import threading
@@ -101,7 +102,7 @@ class ChatService:
         store = self.data.store
         with store.transaction():
             if chat_id is None:
-                chat_id = store.create_chat(title or title_from_prompt(question), model, system)
+                chat_id = store.create_chat(title or chat_title(question), model, system)
             elif system is not None and system != self.data.chat(chat_id).system_prompt:
                 store.set_system_prompt(chat_id, system or None)
             reply.chat_id = chat_id

@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
     from samchat.chat.service import ChatService
     from samchat.models.catalog import recent_file
     from samchat.store import Store
-    from samchat.store.turns import title_from
+    from samchat.store.titles import chat_title
 
     question = _read_prompt(args.prompt)
     settings = _settings(args)  # a bad config.toml fails here, before anything else
@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
                 model=lm.name,
                 system=args.system,
                 sources=[s.record() for s in fitted.sources],
-                title=title_from(question),
+                title=chat_title(question),
             )
             record = _stream(args, generator, reply, settings.sampling)
             if record is None:

@@ -46,7 +46,7 @@ class History:
 
     def save(self, messages: list[Message], done: ReplyDone, stats: dict[str, Any]) -> int:
         from samchat.chat.record import save_reply
-        from samchat.store.turns import title_from
+        from samchat.store.titles import chat_title
 
         store = self._open()
         last_reply = max(
@@ -64,7 +64,7 @@ class History:
                 system = "\n\n".join(m["content"] for m in messages[:head]) or None
                 new = messages[head:]
                 first = next(m["content"] for m in new if m["role"] == "user")
-                chat_id = store.create_chat(title_from(first), self.model, system)
+                chat_id = store.create_chat(chat_title(first), self.model, system)
                 parent = None
             for m in new:
                 parent = store.add_message(chat_id, m["role"], m["content"], parent)

@@ -128,3 +128,18 @@ def test_a_missing_chat_is_a_one_line_error(service: ChatService) -> None:
     with pytest.raises(SamchatError, match="there is no chat 5"):
         service.send("Hi", chat_id=5, parent_id=None, model="m")
     assert service.data.store.counts()["chats"] == 0
+
+
+def test_a_new_chat_is_named_by_its_question_on_one_line(service: ChatService) -> None:
+    """One title rule for the app, `ask` and the server (all save through here or chat_title):
+    whitespace folded, cut to TITLE_CHARS with an ellipsis."""
+    from samchat.store.titles import TITLE_CHARS, chat_title
+
+    short = service.send("What is\n a  suffix automaton?", chat_id=None, parent_id=None, model="m")
+    question = "why " * 40
+    long = service.send(question, chat_id=None, parent_id=None, model="m")
+    store = service.data.store
+    assert store.chat(short.chat_id or 0).title == "What is a suffix automaton?"
+    title = store.chat(long.chat_id or 0).title
+    assert title == chat_title(question) and len(title) == TITLE_CHARS and title.endswith("…")
+    assert title.startswith("why why") and "  " not in title

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from samchat.chat.backend import ChatData
+from samchat.chat.service import ChatService, ReplyRecord
 from samchat.corpus.importer import import_paths
 from samchat.corpus.indexing import BackgroundIndexer, IndexManager, drop_from_indexes
 from samchat.sam.index import StaticIndex
 from samchat.store import Store
-from samchat.store.turns import begin_turn, finish_turn
 
 SEP = 0
 
@@ -42,8 +43,9 @@ def manager(store: Store, root: Path, fingerprint: str = "fp-bytes") -> IndexMan
 def test_sync_follows_documents_turns_and_deletes(store: Store, tmp_path: Path) -> None:
     (tmp_path / "doc.txt").write_text("the quick brown fox jumps over the lazy dog")
     import_paths(store, [tmp_path / "doc.txt"])
-    turn = begin_turn(store, "tell me about zebra crossings", model="m")
-    finish_turn(store, turn, "zebra crossings have white stripes", stats={"tokens": 6})
+    service = ChatService(ChatData(store))
+    reply = service.send("tell me about zebra crossings", chat_id=None, parent_id=None, model="m")
+    service.finish(reply, ReplyRecord("zebra crossings have white stripes", "stop", {"tokens": 6}))
     m = manager(store, tmp_path / "index")
     result = m.open()
     assert (result.added, result.removed) == (3, 0)
@@ -53,8 +55,8 @@ def test_sync_follows_documents_turns_and_deletes(store: Store, tmp_path: Path) 
     assert draft_after(idx, "zebra crossings have", 7) == " white "
     assert store.documents()[0].token_count == len("the quick brown fox jumps over the lazy dog")
     # Deleting the chat stops drafting from it, without a tokenizer (as `samchat rm` does).
-    keys = {f"msg:{msg.id}" for msg in store.messages(turn.chat_id or 0)}
-    store.delete_chat(turn.chat_id or 0)
+    keys = {f"msg:{msg.id}" for msg in store.messages(reply.chat_id or 0)}
+    store.delete_chat(reply.chat_id or 0)
     assert drop_from_indexes(store, keys, root=tmp_path / "index") == 2
     m.close()
     m = manager(store, tmp_path / "index")
@@ -111,8 +113,9 @@ def test_background_indexer(tmp_path: Path) -> None:
     assert bg.ready.wait(30) and bg.wait_idle(30)
     assert bg.index is not None and bg.index.document_ids() == {"doc:1"}
     with Store.open(path) as store:  # the UI thread has its own connection
-        turn = begin_turn(store, "hello there", model="m")
-        finish_turn(store, turn, "general kenobi")
+        service = ChatService(ChatData(store))
+        reply = service.send("hello there", chat_id=None, parent_id=None, model="m")
+        service.finish(reply, ReplyRecord("general kenobi", "stop", {}))
     bg.poke()
     assert bg.wait_idle(30)
     with bg.lock:

@@ -46,15 +46,19 @@ manager.flush()
 REPLIER = (
     PRELUDE
     + """
-from samchat.store.turns import begin_turn, finish_turn
+from samchat.chat.backend import ChatData
+from samchat.chat.service import ChatService, ReplyRecord
+service = ChatService(ChatData(store))
 i = 0
 while True:  # the store and index writes of `samchat ask`, with a fake streaming delay
-    turn = begin_turn(store, f"question {i} about topic {i % 5}", model="m")
+    question = f"question {i} about topic {i % 5}"
+    pending = service.send(question, chat_id=None, parent_id=None, model="m")
     reply = ""
     for w in range(20):
         reply += f" word{w}"
         time.sleep(0.001)
-    finish_turn(store, turn, f"answer {i}:" + reply, stats={"tokens": 20, "seconds": 0.02})
+    record = ReplyRecord(f"answer {i}:" + reply, "stop", {"tokens": 20, "seconds": 0.02})
+    service.finish(pending, record)
     manager.sync()
     i += 1
 """

@@ -19,12 +19,14 @@ WRITER = """
 import sys
 from pathlib import Path
 from samchat.store import Store
-from samchat.store.turns import begin_turn, finish_turn
+from samchat.chat.backend import ChatData
+from samchat.chat.service import ChatService, ReplyRecord
 path, name, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 with Store.open(path) as store:
     for i in range(n):
-        turn = begin_turn(store, f"{name} question {i}", model="m")
-        finish_turn(store, turn, f"{name} answer {i}", stats={"tokens": i})
+        service = ChatService(ChatData(store))
+        reply = service.send(f"{name} question {i}", chat_id=None, parent_id=None, model="m")
+        service.finish(reply, ReplyRecord(f"{name} answer {i}", "stop", {"tokens": i}))
 """
 
 
