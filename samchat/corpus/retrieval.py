@@ -18,6 +18,7 @@ from samchat.corpus.passages import estimate_tokens
 from samchat.corpus.readers import Skip, read_file
 from samchat.corpus.rule import RetrievalRule
 from samchat.errors import SamchatError
+from samchat.messages import Message
 from samchat.store import Store
 
 ATTACH_MAX_BYTES = 2 * 1024 * 1024  # an attached file's size limit
@@ -257,7 +258,7 @@ def fit(
 
 def fit_to_session(
     session: Any,
-    history: list[dict[str, str]],
+    history: list[Message],
     question: str,
     sources: Sequence[Source],
     max_new_tokens: int,

@@ -19,6 +19,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from samchat.messages import Message
+
 # The named special tokens, in transformers' order (SPECIAL_TOKENS_ATTRIBUTES).
 SPECIAL_KEYS = (
     "bos_token",
@@ -192,7 +194,7 @@ class KeptTokenizer:
 
     def apply_chat_template(
         self,
-        messages: Sequence[dict[str, str]],
+        messages: Sequence[Message],
         add_generation_prompt: bool = False,
         tokenize: bool = False,
     ) -> str:

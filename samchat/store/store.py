@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from samchat.corpus.passages import split_passages
 from samchat.errors import StoreError
+from samchat.messages import Message
 from samchat.store.connection import connect, translate, write_transaction
 from samchat.store.migrations import migrate
 from samchat.store.rows import Chat, DocumentRow, MessageRow, PassageHit, SearchHit
@@ -348,10 +349,10 @@ class Store:
                 return path
             path.append(_message(row))
 
-    def conversation(self, chat_id: int, leaf_id: int | None = None) -> list[dict[str, str]]:
+    def conversation(self, chat_id: int, leaf_id: int | None = None) -> list[Message]:
         """The branch as model messages, led by the chat's system prompt if it has one."""
         chat = self.chat(chat_id)
-        out: list[dict[str, str]] = []
+        out: list[Message] = []
         if chat.system_prompt:
             out.append({"role": "system", "content": chat.system_prompt})
         out.extend({"role": m.role, "content": m.content} for m in self.thread(chat_id, leaf_id))

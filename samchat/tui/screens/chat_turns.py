@@ -19,6 +19,7 @@ from samchat.chat import backend
 from samchat.chat.live_stats import LiveStats
 from samchat.chat.service import ChatService, PendingReply, ReplyRecord, stream_reply
 from samchat.errors import SamchatError
+from samchat.messages import Message
 from samchat.remote import REMOTE
 from samchat.tui.guard import guarded
 from samchat.tui.screens.documents import ChatDocuments
@@ -266,7 +267,7 @@ class ChatTurns(Screen[None]):
         self,
         chat_id: int | None,
         question: str,
-        history: list[dict[str, str]],
+        history: list[Message],
         retrieval: bool,
         files: list[Any],
         gen: Replies,
