@@ -333,17 +333,20 @@ def gather_sources(
     retrieval: bool,
     files: list[Path],
     rule: RetrievalRule | None = None,
+    model: str | None = None,
 ) -> list[Source]:
     """Attached files, then (with `retrieval`) the passages that best answer `question` by
-    `rule` (config.toml's [documents]). Own connection: this runs in a worker thread.
-    DocumentError for a bad file or an empty corpus."""
+    `rule` (config.toml's [documents]), read at `model`'s measured prefill speed. Own
+    connection: this runs in a worker thread. DocumentError for a bad file or an empty
+    corpus."""
     from samchat.corpus.retrieval import read_attachment, retrieve
     from samchat.store import Store
 
     sources = [read_attachment(path) for path in files]
     if retrieval:
         with Store.open(store_path) as store:
-            sources += retrieve(store, question, rule)
+            speed = store.prefill_speed(model) if model else None
+            sources += retrieve(store, question, rule, speed)
     return sources
 
 

@@ -153,21 +153,23 @@ def _piped_stdin() -> str | None:
     return text if text.strip() else None
 
 
-def _sources(args: argparse.Namespace, question: str, store: Any, rule: RetrievalRule) -> list[Any]:
-    """Piped text, then attached files, then retrieved passages; every one is read (and every
-    bad one refused) before the model loads or anything is saved."""
+def _sources(
+    args: argparse.Namespace, question: str, store: Any, rule: RetrievalRule
+) -> tuple[list[Any], list[Any]]:
+    """(piped text and attached files, retrieved passages); every one is read (and every bad
+    one refused) before the model loads or anything is saved."""
     from samchat.corpus.retrieval import read_attachment, retrieve, text_source
 
-    sources = []
+    given = []
     if args.prompt != "-" and (piped := _piped_stdin()) is not None:
-        sources.append(text_source(piped))
-    sources += [read_attachment(path) for path in args.file]
+        given.append(text_source(piped))
+    given += [read_attachment(path) for path in args.file]
+    found = []
     if args.docs:
         found = retrieve(store, question, rule)
         if not found:
             _note("no imported passage matches the question; answering without them")
-        sources += found
-    return sources
+    return given, found
 
 
 def _note(text: str) -> None:
@@ -178,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
     from samchat import paths
     from samchat.chat.backend import ChatData, FixedIndex, make_generator, open_model
     from samchat.chat.service import ChatService
+    from samchat.corpus.retrieval import within
     from samchat.models.catalog import recent_file
     from samchat.store import Store
     from samchat.store.titles import chat_title
@@ -193,8 +196,11 @@ def run(args: argparse.Namespace) -> int:
             raise SamchatError("there is no chat to continue yet; ask without -c to start one")
         parent_id = service.latest_leaf(chat_id) if chat_id is not None else None
         history = service.history(chat_id, parent_id, args.system)
-        sources = _sources(args, question, store, settings.documents)
+        given, found = _sources(args, question, store, settings.documents)
         lm = open_model(settings.spec, _note, settings.endpoints, recent_file(store.path.parent))
+        # What this machine reads of them within [documents] wait, at the model's measured speed.
+        limit = settings.documents.token_limit(store.prefill_speed(lm.name))
+        sources = given + within(found, limit)
         index = _open_index(store, lm) if lm.tokenizer is not None else None
         try:
             view = FixedIndex(index.index) if index is not None else None

@@ -102,11 +102,18 @@ def _telling_terms(store: Store, terms: list[str], total: int) -> list[str]:
     return telling or sorted(present, key=frequency.__getitem__)[:2]
 
 
-def retrieve(store: Store, question: str, rule: RetrievalRule | None = None) -> list[Source]:
-    """The best passages for `question` by `rule` (rule.py: relevance to the best, count and
-    estimated tokens), duplicates (the same text imported twice, say a license in two packages)
+def retrieve(
+    store: Store,
+    question: str,
+    rule: RetrievalRule | None = None,
+    prefill_tps: float | None = None,
+) -> list[Source]:
+    """The best passages for `question` by `rule` (rule.py: relevance to the best, count,
+    estimated tokens and the seconds reading them takes at `prefill_tps`, the model's measured
+    prefill speed), duplicates (the same text imported twice, say a license in two packages)
     kept once. Raises DocumentError when nothing is imported."""
     rule = rule or RetrievalRule()
+    limit = rule.token_limit(prefill_tps)
     total = store.passage_count()
     if total == 0:
         raise DocumentError(
@@ -127,12 +134,27 @@ def retrieve(store: Store, question: str, rule: RetrievalRule | None = None) -> 
             continue
         seen.add(key)
         size = estimate_tokens(hit.text)
-        if out and used + size > rule.tokens:
+        if out and used + size > limit:
             continue
         used += size
         out.append(Source(hit.title, hit.source, hit.text, hit.id, hit.document_id, hit.heading))
         if len(out) >= rule.passages:
             break
+    return out
+
+
+def within(found: list[Source], limit: int) -> list[Source]:
+    """Retrieved passages (best first) cut to about `limit` estimated tokens, as retrieve() cuts
+    them (the best one always stays): for a limit known only after retrieval, once the model is
+    loaded and its measured prefill speed with it."""
+    out: list[Source] = []
+    used = 0
+    for source in found:
+        size = estimate_tokens(source.text)
+        if out and used + size > limit:
+            continue
+        used += size
+        out.append(source)
     return out
 
 

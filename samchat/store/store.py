@@ -7,6 +7,7 @@ import functools
 import hashlib
 import json
 import sqlite3
+import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -464,6 +465,30 @@ class Store:
             (document_id,),
         )
         return [PassageHit(*r) for r in rows]
+
+    @_guard
+    def prefill_speed(self, model: str, recent: int = 20, least: int = 256) -> float | None:
+        """Prompt tokens per second this machine read for `model`: the median over its `recent`
+        latest replies that read at least `least` new prompt tokens (shorter reads are mostly
+        fixed costs); None before there is one."""
+        rows = self.conn.execute(
+            "SELECT stats FROM messages WHERE role = 'assistant' AND model = ? "
+            "AND stats LIKE '%prefill_s%' ORDER BY id DESC LIMIT ?",
+            (model, recent * 5),
+        ).fetchall()
+        speeds: list[float] = []
+        for (text,) in rows:
+            stats = _json_dict(text)
+            try:
+                read = int(stats.get("prompt_tokens", 0)) - int(stats.get("reused_tokens", 0))
+                seconds = float(stats.get("prefill_s", 0.0))
+            except (TypeError, ValueError):
+                continue
+            if read >= least and seconds > 0:
+                speeds.append(read / seconds)
+            if len(speeds) >= recent:
+                break
+        return statistics.median(speeds) if speeds else None
 
     @_guard
     def passage_count(self) -> int:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from samchat.corpus.importer import import_paths
+from samchat.corpus.passages import estimate_tokens
 from samchat.corpus.retrieval import (
     CUT_MARK,
     DocumentError,
@@ -17,6 +18,7 @@ from samchat.corpus.retrieval import (
     read_attachment,
     retrieve,
     split_content,
+    within,
 )
 from samchat.corpus.rule import RetrievalRule
 from samchat.errors import SamchatError
@@ -95,7 +97,9 @@ def test_passages_far_below_the_best_stay_out(tmp_path: Path) -> None:
         ({"relevance": "high"}, "relevance must be a number from 0 to 1"),
         ({"passages": 0}, "passages must be a whole number of 1 or more, not 0"),
         ({"tokens": 2.5}, "tokens must be a whole number of 1 or more, not 2.5"),
-        ({"passage": 3}, "has no key 'passage'; the keys are passages, relevance, tokens"),
+        ({"passage": 3}, "has no key 'passage'; the keys are passages, relevance, tokens, wait"),
+        ({"wait": -1}, "wait must be a number of seconds, 0 or more (0: no limit), not -1"),
+        ({"wait": "8s"}, "wait must be a number of seconds, 0 or more"),
         ([1], "[documents] must be a table"),
     ],
 )
@@ -104,6 +108,29 @@ def test_a_bad_documents_table_is_one_line(table: object, problem: str) -> None:
         RetrievalRule.from_mapping(table)
     assert problem in str(exc.value) and "\n" not in str(exc.value)
     assert RetrievalRule.from_mapping({"relevance": 0, "tokens": 800}) == RetrievalRule(0.0, 6, 800)
+    assert RetrievalRule.from_mapping({"wait": 0}).wait == 0.0
+
+
+def test_retrieved_text_is_what_the_machine_reads_within_the_wait(tmp_path: Path) -> None:
+    """[documents] wait: at the measured prefill speed, retrieval adds what is read in `wait`
+    seconds (the best passage always); no measurement yet, or wait 0, keeps the token limit."""
+    rule = RetrievalRule(relevance=0.0, tokens=1200, wait=8.0)
+    assert rule.token_limit(None) == 1200 and rule.token_limit(100.0) == 800
+    assert rule.token_limit(1000.0) == 1200 and RetrievalRule(wait=0).token_limit(10.0) == 1200
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(6):
+        body = " ".join(f"pump{i}word{j}" for j in range(40))
+        (docs / f"pump{i}.md").write_text(f"# Pump {i}\n\nThe pump valve {i}. {body}\n")
+    with Store.open(tmp_path / "db.sqlite") as store:
+        import_paths(store, [docs])
+        every = retrieve(store, "pump valve", rule)
+        size = estimate_tokens(every[0].text)
+        two = retrieve(store, "pump valve", rule, prefill_tps=(2 * size + 1) / rule.wait)
+        assert len(every) == 6 and [s.text for s in two] == [s.text for s in every[:2]]
+        slow = retrieve(store, "pump valve", rule, prefill_tps=0.01)
+        assert [s.text for s in slow] == [every[0].text]  # the best one, however slow
+        assert within(every, 2 * size + 1) == every[:2]
 
 
 def test_query_terms_drop_common_words() -> None:

@@ -88,6 +88,15 @@ def test_the_answer_quotes_a_fact_only_the_imported_file_holds(
     assert main(["ask", "--docs", "--json", "--no-save", *base, QUESTION]) == 0
     every = json.loads(capsys.readouterr().out)["sources"]
     assert len(every) > len(answer["sources"]) and every[0] == source
+    # ... and what this machine reads within [documents] wait: at a measured 1 token a second
+    # (a slow reply of this model in the store), the answering passage alone.
+    with Store.open(tmp_path / "data" / "samchat.db") as store:
+        [chat] = store.chats()
+        last = store.thread(chat.id)[-1].id
+        slow = {"prompt_tokens": 1000, "reused_tokens": 0, "prefill_s": 1000.0}
+        store.add_message(chat.id, "assistant", "slow", last, model=default_lm.name, stats=slow)
+    assert main(["ask", "--docs", "--json", "--no-save", *base, QUESTION]) == 0
+    assert json.loads(capsys.readouterr().out)["sources"] == [source]
     config.write_text("[documents]\npassages = 0\n")
     assert main(["ask", "--docs", "--no-save", *base, QUESTION]) == 1
     [line] = _errors(capsys)

@@ -170,3 +170,26 @@ def test_unusable_data_dir(
     assert main(["history", "--data-dir", str(blocker / "other")]) == 1
     err = capsys.readouterr().err
     assert re.fullmatch(r"error: cannot use the data directory .*file/other: .*--data-dir\n", err)
+
+
+def test_prefill_speed_is_the_median_of_recent_long_reads_of_that_model(store: Store) -> None:
+    """What [documents] wait prices retrieved text with: this machine's own prompt reads of a
+    model (new tokens over their seconds); short reads, other models and rows without
+    figures do not count."""
+    chat = store.create_chat("t", "m", None)
+    q = store.add_message(chat, "user", "q", None)
+
+    def reply(model: str, **stats: object) -> None:
+        store.add_message(chat, "assistant", "a", q, model=model, stats=stats)
+
+    assert store.prefill_speed("m") is None
+    reply("m", prompt_tokens=1000, reused_tokens=0, prefill_s=10.0)  # 100 tokens/s
+    reply("m", prompt_tokens=1300, reused_tokens=300, prefill_s=5.0)  # 1000 new: 200/s
+    reply("m", prompt_tokens=900, reused_tokens=0, prefill_s=3.0)  # 300/s
+    reply("m", prompt_tokens=100, reused_tokens=0, prefill_s=0.01)  # too short to count
+    reply("m", prompt_tokens="many", prefill_s=1.0)  # unreadable figures are skipped
+    reply("other", prompt_tokens=1000, reused_tokens=0, prefill_s=1.0)
+    store.add_message(chat, "assistant", "a", q, model="m")  # no figures (a remote reply)
+    assert store.prefill_speed("m") == pytest.approx(200.0)
+    assert store.prefill_speed("other") == pytest.approx(1000.0)
+    assert store.prefill_speed("m", recent=1) == pytest.approx(300.0)  # the latest alone

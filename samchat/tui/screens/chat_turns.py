@@ -280,6 +280,7 @@ class ChatTurns(Screen[None]):
                 retrieval=retrieval,
                 files=files,
                 rule=self.samchat.cfg.documents,
+                model=gen.lm.name,
             )
             fitted = gen.fit_sources(history, question, sources, self.samchat.cfg.sampling)
         except SamchatError as exc:
