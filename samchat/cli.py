@@ -144,6 +144,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except ModuleNotFoundError as exc:  # a broken install, not a bug in samchat
+        if os.environ.get("SAMCHAT_DEBUG"):
+            raise
+        missing = (exc.name or str(exc)).split(".")[0]
+        print(
+            f"error: the Python package {missing!r} that samchat needs is not installed; "
+            "reinstall samchat (`make setup` in a checkout, or pip install --upgrade samchat)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     except Exception as exc:  # a bug: still one line for the user, the traceback on request
         if os.environ.get("SAMCHAT_DEBUG"):
             raise

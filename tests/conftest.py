@@ -45,7 +45,7 @@ def shared_costs(
     on this machine by the first test that needs it, as a user's first reply would, and read
     by the rest. The default GGUF's llama.cpp curve is the committed default instead (timing
     it takes a minute, and only sizes drafts); a GGUF at another path is still timed at its
-    first reply (tests/foundation/test_models_catalog.py checks that). Tests of the
+    first reply (tests/models/test_models_catalog.py checks that). Tests of the
     measurement itself mark themselves `private_costs`."""
     path = tmp_path_factory.getbasetemp() / "shared-cache" / "costs"
     path.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
+
+from tests.fakes import ModelRecord
 
 TINY_VOCAB = 64
 
@@ -32,19 +33,9 @@ def make_tiny_llama(attn: str = "sdpa", seed: int = 0, kv_heads: int = 2) -> Any
     return model.eval()
 
 
-def tiny_lm(model: Any) -> Any:
+def tiny_lm(model: Any) -> ModelRecord:
     """What ChatSession reads from a LoadedModel, for the verification-level tests."""
-    return SimpleNamespace(
-        model=model,
-        tokenizer=None,
-        device=torch.device("cpu"),
-        name="tiny-llama",
-        source="tiny",
-        fingerprint="tiny",
-        eos_ids=(),
-        context_limit=512,
-        vocab_size=int(model.config.vocab_size),
-    )
+    return ModelRecord(model, vocab_size=int(model.config.vocab_size), device=torch.device("cpu"))
 
 
 @pytest.fixture

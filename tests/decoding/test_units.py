@@ -43,6 +43,7 @@ from samchat.engines.cost import (
 )
 from samchat.engines.torch.measure import measure_cost_curve
 from samchat.errors import SamchatError
+from tests.fakes import ClockedEngine
 
 
 @pytest.fixture(scope="module")
@@ -148,45 +149,13 @@ def test_a_session_prices_drafts_at_its_prompt_length(default_lm: Any) -> None:
     assert long.tracker.curve is long.selector.curve
 
 
-class _SwitchingEngine:
-    """Forwards on a fake clock: n rows cost n units, and a forward of another row count than
-    the one before costs 1.5 more (llama.cpp rebuilding its graph)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.last = 0
-        self.read = 0  # prompt tokens prefilled
-        self.length = 0  # rows in the cache
-
-    def clock(self) -> float:
-        return self.now
-
-    def reset(self) -> None:
-        self.last = 0
-        self.length = 0
-
-    def prefill(self, ids: list[int], logits: int = 0) -> None:
-        self.last = len(ids)
-        self.read += len(ids)
-        self.length += len(ids)
-
-    def forward(self, ids: list[int], layout: Any = None) -> Any:
-        n = len(ids)
-        self.now += n + (1.5 if n != self.last else 0.0)
-        self.last = n
-        return torch.zeros(n, 4)
-
-    def crop(self, length: int) -> None:
-        pass
-
-
 def test_engine_curve_prices_a_draft_as_decoding_meets_it() -> None:
     """A draft replaces one of a run of one-token forwards: its cost is its own forward plus
     what the one-token forward after it loses, against one-token forwards in a row. Timing the
     sizes back to back (as before) made every reference forward pay a switch, and drafts look
     cheap (2 rows: 1.4x one here, against 5x)."""
-    engine = _SwitchingEngine()
-    curve = measure_engine(engine, 100, context=8, reps=3, long_contexts=(16,), clock=engine.clock)  # type: ignore[arg-type]
+    engine = ClockedEngine(switch=1.5)
+    curve = measure_engine(engine, 100, context=8, reps=3, long_contexts=(16,), clock=engine.clock)
     assert curve.rel(1) == 1.0
     for n in (2, 4, 64):
         assert curve.rel(n) == pytest.approx(n + 3.0)  # n + 1.5, then 1 + 1.5, less 1
@@ -198,42 +167,21 @@ def test_engine_curve_prices_a_draft_as_decoding_meets_it() -> None:
 
 def test_a_stopped_measurement_leaves_the_engine_empty() -> None:
     """A session's own engine may be the one timed: stopped or failed, it keeps no random rows."""
-    engine = _SwitchingEngine()
+    engine = ClockedEngine()
     asked = iter(range(1000))
     with pytest.raises(MeasurementCancelled):
         measure_engine(
             engine, 100, context=8, reps=3, clock=engine.clock, cancelled=lambda: next(asked) > 5
-        )  # type: ignore[arg-type]
+        )
     assert engine.read == 8 and engine.length == 0
     assert measure_engine(engine, 100, reps=0, clock=engine.clock).xs == [1]  # nothing timed
-
-
-class _AsyncEngine(_SwitchingEngine):
-    """A GPU on a fake clock: a forward returns at once (0.1 units to launch) and n rows of
-    work finish when its logits are first read."""
-
-    def forward(self, ids: list[int], layout: Any = None) -> Any:
-        self.now += 0.1
-        engine, work = self, float(len(ids))
-
-        class Pending:
-            def __getitem__(self, index: Any) -> Pending:
-                return self
-
-            def __float__(self) -> float:
-                nonlocal work
-                engine.now += work
-                work = 0.0
-                return 0.0
-
-        return Pending()
 
 
 def test_engine_curve_waits_for_the_logits_as_decoding_does() -> None:
     """Timing only the call of an asynchronous forward measured its launch: every size looked as
     cheap as one row, a flat curve that would plan 64-row trees."""
-    engine = _AsyncEngine()
-    curve = measure_engine(engine, 100, context=8, reps=3, clock=engine.clock)  # type: ignore[arg-type]
+    engine = ClockedEngine(asynchronous=True)
+    curve = measure_engine(engine, 100, context=8, reps=3, clock=engine.clock)
     for n in (2, 8, 64):
         assert curve.rel(n) == pytest.approx((n + 1.2 - 1.1) / 1.1)
 

@@ -421,7 +421,7 @@ async def test_model_screen_offers_the_models_found_on_this_machine(
 ) -> None:
     """The picker lists what `samchat models` lists (here an Ollama store), found by a worker;
     choosing one returns the source --model takes."""
-    from tests.foundation.test_models_catalog import ollama_store
+    from tests.models.test_models_catalog import ollama_store
 
     ollama_store(tmp_path / "ollama")
     monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))

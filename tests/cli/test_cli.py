@@ -132,3 +132,17 @@ def test_command_names_match_the_registered_sub_commands() -> None:
 
 
 # The app's start path (no command module imported) is checked in test_import_hygiene.py.
+
+
+def test_a_missing_dependency_is_one_clear_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A broken install (a package samchat needs is missing: the first start migrates a new
+    database with sqlite-utils) names the package and the fix, and is not called a bug."""
+    from samchat.cli import main
+
+    monkeypatch.setitem(sys.modules, "sqlite_utils", None)
+    assert main(["history", "--data-dir", str(tmp_path / "fresh")]) == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: the Python package 'sqlite_utils' that samchat needs")
+    assert "reinstall samchat" in line and "a bug" not in line

@@ -1,0 +1,119 @@
+"""The tests' shared, typed stand-ins: a model record as ChatSession reads it, and an engine on a
+fake clock. Fakes are for properties (what a measurement or the loop does with given costs);
+losslessness is tested on the real model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from samchat.engines import Logits
+from samchat.engines.cost import CostCurve
+from samchat.engines.layout import TreeLayout
+
+
+@dataclass
+class ModelRecord:
+    """What ChatSession and the engines read from a LoadedModel, for a model the test built
+    itself (a tiny random Llama): no tokenizer, no EOS."""
+
+    model: Any
+    vocab_size: int
+    context_limit: int = 512
+    tokenizer: Any = None
+    device: Any = "cpu"
+    name: str = "tiny-llama"
+    source: str = "tiny"
+    fingerprint: str = "tiny"
+    eos_ids: tuple[int, ...] = ()
+    engine: str = "torch"
+    steps: str = "dynamic"
+
+    @property
+    def device_type(self) -> str:
+        return str(getattr(self.device, "type", self.device))
+
+
+class _Pending:
+    """Logits a GPU has not computed yet: reading one finishes the work on the fake clock."""
+
+    def __init__(self, engine: ClockedEngine, work: float) -> None:
+        self.engine, self.work = engine, work
+
+    def __getitem__(self, index: Any) -> _Pending:
+        return self
+
+    def __float__(self) -> float:
+        self.engine.now += self.work
+        self.work = 0.0
+        return 0.0
+
+
+class ClockedEngine:
+    """An Engine whose forwards cost time on a fake clock: n rows cost n units, plus `switch`
+    when the row count differs from the forward before (llama.cpp rebuilding its graph). With
+    `asynchronous`, a forward returns after a 0.1-unit launch and its rows' work is paid when
+    its logits are first read (a GPU). Logits are zeros of `vocab` columns."""
+
+    name = "clocked"
+    device_type = "cpu"
+    prefill_chunk = 256
+    plain_reason: str | None = None
+    tree_reason: str | None = None
+    inexact_reason: str | None = None
+
+    def __init__(self, switch: float = 1.5, asynchronous: bool = False, vocab: int = 4) -> None:
+        self.switch, self.asynchronous, self.vocab = switch, asynchronous, vocab
+        self.now = 0.0
+        self.last = 0  # rows of the forward before
+        self.read = 0  # prompt tokens prefilled, in all
+        self.rows = 0  # rows in the cache
+
+    def clock(self) -> float:
+        return self.now
+
+    @property
+    def length(self) -> int:
+        return self.rows
+
+    def reset(self) -> None:
+        self.last = 0
+        self.rows = 0
+
+    def crop(self, length: int) -> None:
+        self.rows = min(self.rows, length)
+
+    def prefill(self, ids: list[int], logits: int = 0) -> Logits | None:
+        self.last = len(ids)
+        self.read += len(ids)
+        self.rows += len(ids)
+        return np.zeros((logits, self.vocab), dtype=np.float32) if logits > 0 else None
+
+    def forward(self, ids: list[int], layout: TreeLayout | None = None) -> Logits:
+        n = len(ids)
+        self.rows += n
+        if self.asynchronous:
+            self.now += 0.1
+            pending: Any = _Pending(self, float(n))
+            return pending
+        self.now += n + (self.switch if n != self.last else 0.0)
+        self.last = n
+        return np.zeros((n, self.vocab), dtype=np.float32)
+
+    def commit(self, start: int, keep: list[int]) -> None:
+        self.rows = start + len(keep)
+
+    def fit(self, measure: bool = True) -> None:
+        pass
+
+    def cost_curve(self, cancelled: Callable[[], bool] | None = None) -> CostCurve:
+        return CostCurve.flat()
+
+    def cached_cost_curve(self) -> CostCurve | None:
+        return None
+
+    def describe(self) -> str:
+        return "a fake clock"
