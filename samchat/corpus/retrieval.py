@@ -120,9 +120,8 @@ def retrieve(
             "there are no imported documents to search; run `samchat import PATH` first"
         )
     terms = _telling_terms(store, query_terms(question), total)
-    out: list[Source] = []
+    relevant: list[Source] = []
     seen: set[str] = set()
-    used = 0
     best = 0.0
     for hit in store.search_passages(terms, limit=rule.passages * 3):
         score = -hit.rank  # FTS5's bm25() is lower for better matches
@@ -133,23 +132,21 @@ def retrieve(
         if key in seen:
             continue
         seen.add(key)
-        size = estimate_tokens(hit.text)
-        if out and used + size > limit:
-            continue
-        used += size
-        out.append(Source(hit.title, hit.source, hit.text, hit.id, hit.document_id, hit.heading))
-        if len(out) >= rule.passages:
-            break
-    return out
+        relevant.append(
+            Source(hit.title, hit.source, hit.text, hit.id, hit.document_id, hit.heading)
+        )
+    return within(relevant, limit, rule.passages)
 
 
-def within(found: list[Source], limit: int) -> list[Source]:
-    """Retrieved passages (best first) cut to about `limit` estimated tokens, as retrieve() cuts
-    them (the best one always stays): for a limit known only after retrieval, once the model is
-    loaded and its measured prefill speed with it."""
+def within(found: list[Source], limit: int, most: int | None = None) -> list[Source]:
+    """Passages (best first) that fit in about `limit` estimated tokens, at most `most` of them;
+    one too long is passed over for the next, and the best one always stays. retrieve() cuts
+    by it, and `ask` again once the model, and its measured prefill speed, is known."""
     out: list[Source] = []
     used = 0
     for source in found:
+        if most is not None and len(out) >= most:
+            break
         size = estimate_tokens(source.text)
         if out and used + size > limit:
             continue

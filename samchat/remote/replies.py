@@ -61,8 +61,6 @@ class RemoteGenerator:
         characters (the server's tokenizer is not here)."""
         from samchat.corpus.retrieval import fit
 
-        params = sampling
-
         def prompt_tokens(content: str) -> int:
             return sum(_count(m["content"]) + 8 for m in [*history, {"content": content}])
 
@@ -71,7 +69,7 @@ class RemoteGenerator:
             sources,
             prompt_tokens=prompt_tokens,
             count=_count,
-            limit=self.lm.context_limit - params.max_new_tokens,
+            limit=self.lm.context_limit - sampling.max_new_tokens,
         )
 
     def _fit(self, messages: list[Message], max_new_tokens: int) -> tuple[list[Message], str]:
@@ -102,7 +100,7 @@ class RemoteGenerator:
         """Stream the reply; `cancel` drops the connection at once, even while the server is
         silent. A stream the server breaks off keeps its text (finish reason "interrupted",
         with a notice)."""
-        params = sampling
+        params = sampling  # checked here: the server would take what samchat refuses
         params.validate()
         if len(params.stop) > MAX_STOP:
             raise RemoteError(
