@@ -113,6 +113,45 @@ class _Resolved:
     local: bool
 
 
+def _refuse_missing_path(src: str) -> None:
+    """A source written as a path (not a hub id) that is not there."""
+    looks_like_path = src.startswith((".", "/", "~")) or src.endswith(".gguf") or src.count("/") > 1
+    if looks_like_path and not Path(src).expanduser().exists():
+        raise ModelLoadError(f"model path {src} does not exist; check the path or pass a hub id")
+
+
+def _offline_snapshot(src: str) -> Path:
+    """Offline, a hub id loads from its snapshot directory in the local Hugging Face cache."""
+    snapshot = cached_snapshot(src)
+    if snapshot is None:
+        raise ModelLoadError(
+            f"{src} is not a local path nor in the Hugging Face cache ({hf_hub_cache()}) "
+            "and HF_HUB_OFFLINE is set; unset it to download, or pass a local model "
+            "directory or .gguf file (see `samchat models`)"
+        )
+    return snapshot
+
+
+def _refuse_before_torch(spec: ModelSpec) -> None:
+    """What is wrong with spec that needs no torch to tell, so that a typo is answered at once
+    rather than after importing it: a missing path, or CUDA-only options on a named CPU."""
+    source = spec.source
+    if source and not source.startswith(OLLAMA_PREFIX):
+        _refuse_missing_path(source)
+        if _offline() and not Path(source).expanduser().exists():
+            _offline_snapshot(source)
+    if spec.device in ("cpu", "mps"):
+        _cuda_graphs_need_cuda(spec, spec.device)
+        _quantization_config(spec, spec.device)  # refuses before it imports anything
+
+
+def _cuda_graphs_need_cuda(spec: ModelSpec, device_type: str) -> None:
+    if spec.cuda_graphs and device_type != "cuda":
+        raise ModelLoadError(
+            f"--cuda-graphs needs a CUDA GPU and this run uses {device_type}; drop --cuda-graphs"
+        )
+
+
 def _resolve_source(spec: ModelSpec, progress: Progress, native_gguf: bool = False) -> _Resolved:
     """native_gguf: for an engine that runs GGUF files as they are (the bundled one too)."""
     if spec.source is None:
@@ -143,18 +182,9 @@ def _resolve_source(spec: ModelSpec, progress: Progress, native_gguf: bool = Fal
                 "a .gguf file or a hub id"
             )
         return _Resolved(str(path), None, path.name, True)
-    looks_like_path = src.startswith((".", "/", "~")) or src.endswith(".gguf") or src.count("/") > 1
-    if looks_like_path:
-        raise ModelLoadError(f"model path {src} does not exist; check the path or pass a hub id")
+    _refuse_missing_path(src)
     if _offline():
-        # A hub id already in the local Hugging Face cache loads from its snapshot directory.
-        snapshot = cached_snapshot(src)
-        if snapshot is None:
-            raise ModelLoadError(
-                f"{src} is not a local path nor in the Hugging Face cache ({hf_hub_cache()}) "
-                "and HF_HUB_OFFLINE is set; unset it to download, or pass a local model "
-                "directory or .gguf file (see `samchat models`)"
-            )
+        snapshot = _offline_snapshot(src)
         return _Resolved(str(snapshot), None, src.rsplit("/", 1)[-1], True)
     return _Resolved(src, None, src.rsplit("/", 1)[-1], False)
 
@@ -537,15 +567,13 @@ def load_model(
     spec = spec or ModelSpec()
     say = progress or _noop
     _refuse_remote(spec)
+    _refuse_before_torch(spec)
     kind = engine_kind(choose_engine(spec))
     if kind.native_gguf:
         return _load_native_gguf(kind, spec, say, recent)
     _quiet_transformers()
     device = resolve_device(spec.device)
-    if spec.cuda_graphs and device.type != "cuda":
-        raise ModelLoadError(
-            f"--cuda-graphs needs a CUDA GPU and this run uses {device.type}; drop --cuda-graphs"
-        )
+    _cuda_graphs_need_cuda(spec, device.type)
     dtype = resolve_dtype(spec.dtype, device)
     quant = _quantization_config(spec, device.type)
     _quiet_gguf_conversion()

@@ -14,14 +14,15 @@ from samchat import __version__
 
 
 def samchat(
-    *args: str, stdin: str | None = None, home: Path | None = None
+    *args: str, stdin: str | None = None, home: Path | None = None, importtime: bool = False
 ) -> subprocess.CompletedProcess[str]:
+    """importtime: Python lists each module it imports on stderr (see `imported`)."""
     env = dict(os.environ)
     env["HF_HUB_OFFLINE"] = "1"
     if home is not None:
         env["SAMCHAT_DATA_DIR"] = str(home / "data")
     return subprocess.run(
-        [sys.executable, "-m", "samchat.cli", *args],
+        [sys.executable, *(["-X", "importtime"] if importtime else []), "-m", "samchat.cli", *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -80,7 +81,19 @@ def test_doctor_reports_device_model_and_core() -> None:
     ],
 )
 def test_bad_input_gets_one_clear_line(args: tuple[str, ...], fragment: str) -> None:
-    assert_clean_error(samchat(*args), fragment)
+    """Answered at once: none of these needs torch or transformers to be told (their import
+    took seconds before a typo was reported)."""
+    result = samchat(*args, importtime=True)
+    assert_clean_error(result, fragment)
+    assert not imported(result) & {"torch", "transformers"}
+
+
+def imported(result: subprocess.CompletedProcess[str]) -> set[str]:
+    """The modules a `samchat(..., importtime=True)` run imported."""
+    prefix = "import time:"
+    lines = [line for line in result.stderr.splitlines() if line.startswith(prefix)]
+    assert lines, "no -X importtime lines"
+    return {line.rsplit("|", 1)[-1].strip() for line in lines}
 
 
 def test_invalid_option_values_are_rejected_by_the_parser() -> None:

@@ -72,3 +72,17 @@ SAMPLE_SINGLE: list[str] = [
     LONG_CONTEXT[3],
 ]
 SAMPLE_MULTI: list[list[str]] = MULTI_TURN[:1]
+
+# About half of the above for the torch engine's check on the CPU's curve (its float32 replies
+# and transformers' reference replies are the suite's slowest decoding; llama.cpp runs them
+# all). It holds every prompt the flat curve and the fixed-step check run, so each reference
+# is computed once: short questions, code, arithmetic, copy-heavy lists, passages of both
+# texts, a three-turn and a two-turn chat.
+HALF_SINGLE: list[str] = [
+    *SAMPLE_SINGLE,
+    SINGLE_TURN[1],
+    SINGLE_TURN[4],
+    SINGLE_TURN[11],
+    LONG_CONTEXT[2],
+]
+HALF_MULTI: list[list[str]] = [MULTI_TURN[0], MULTI_TURN[3]]

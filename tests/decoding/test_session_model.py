@@ -25,12 +25,11 @@ from samchat.decoding.tree import DraftTree
 from samchat.engines.cost import CostCurve
 from samchat.errors import SamchatError
 from tests.decoding.prompts import (
-    LONG_CONTEXT,
-    MULTI_TURN,
+    HALF_MULTI,
+    HALF_SINGLE,
     PASSAGE_RIVER,
     SAMPLE_MULTI,
     SAMPLE_SINGLE,
-    SINGLE_TURN,
 )
 
 pytestmark = pytest.mark.model
@@ -90,7 +89,7 @@ def _static_index(tmp: Path, lm: Any) -> Any:
 @pytest.mark.parametrize(
     ("curve", "singles", "chats"),
     [
-        (CPU_CURVE, SINGLE_TURN + LONG_CONTEXT, MULTI_TURN),
+        (CPU_CURVE, HALF_SINGLE, HALF_MULTI),
         (CostCurve.flat(), SAMPLE_SINGLE, SAMPLE_MULTI),
     ],
     ids=["cpu-curve", "flat-curve"],
@@ -102,12 +101,12 @@ def test_greedy_speculative_equals_generate_on_real_prompts(
     singles: list[str],
     chats: list[list[str]],
 ) -> None:
-    """20+ prompts on the CPU's curve, a third of them on the flat one: single questions,
-    multi-turn chats (one session, KV reused across turns, the model's own answers in the
-    history) and long-passage summaries. The flat curve drafts the largest trees, SAM and
-    Token Recycling merged into one. Over a minute on 2 cores: the torch engine's
-    losslessness on every real prompt, and transformers' own reference replies (computed once
-    per run, for this test and the fixed-step one)."""
+    """14 replies on the CPU's curve, 8 of them on the flat one: single questions, multi-turn
+    chats (one session, KV reused across turns, the model's own answers in the history) and
+    long-passage summaries (keys past the first window). The flat curve drafts the largest
+    trees, SAM and Token Recycling merged into one. About a minute on 2 cores: the torch
+    engine's losslessness on real prompts, and transformers' own reference replies (computed
+    once per run, for this test and the fixed-step one)."""
     params = SamplingParams(max_new_tokens=MAX_NEW)
     config = DecodingConfig(method="sam+tr")
     session = ChatSession(default_lm, config, _static_index(tmp_path, default_lm), curve)
