@@ -163,29 +163,6 @@ def open_model(
     return load_model(spec, progress=progress, recent=recent)
 
 
-def load_lm(
-    source: str,
-    device: str,
-    progress: Callable[[str], None],
-    options: dict[str, Any] | None = None,
-    engine: str = "auto",
-    recent: Path | None = None,
-    endpoints: Mapping[str, Endpoint] | None = None,
-    cancelled: Callable[[], bool] = lambda: False,
-) -> LoadedModel | RemoteModel:
-    """options: ModelSpec fields (dtype, quantize, trust_remote_code, cuda_graphs); engine: one of
-    samchat.engines.ENGINES ("" = auto)."""
-    from samchat.models.loader import ModelSpec
-
-    spec = ModelSpec(
-        source=source or None,
-        device=device or "auto",
-        engine=engine or "auto",
-        **(options or {}),
-    )
-    return open_model(spec, progress, endpoints, recent, cancelled)
-
-
 def make_generator(
     lm: LoadedModel | RemoteModel,
     decoding: DecodingConfig,

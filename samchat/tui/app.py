@@ -22,6 +22,7 @@ from samchat.chat.config import Config, ConfigError, load_config, save_config
 from samchat.chat.service import ChatService
 from samchat.errors import SamchatError
 from samchat.models.default import DEFAULT_MODEL_NAME
+from samchat.models.loader import ModelSpec
 from samchat.tui.guard import guarded
 from samchat.tui.keys import ACTIONS, APP_ACTIONS, app_bindings, binding_id
 from samchat.tui.screens.chat import ChatScreen
@@ -55,15 +56,14 @@ class SamchatApp(App[None]):
         lm: Model | None = None,
         config: Config | None = None,
         config_path: Path | None = None,
-        model_source: str | None = None,
-        device: str | None = None,
-        engine: str | None = None,
+        spec: ModelSpec | None = None,
         autoload_model: bool = True,
         theme_dirs: list[Path] | None = None,
         cost_curve: Any = None,
-        model_options: dict[str, Any] | None = None,
         cache_dir: Path | None = None,
     ) -> None:
+        """spec: the model to load, as the command line gives it (`cli_options.spec_from_args`);
+        config.toml's model, device and engine fill what it leaves at the default."""
         super().__init__()
         self.config_path = config_path
         self.config_problem: str | None = None
@@ -78,16 +78,14 @@ class SamchatApp(App[None]):
         self.theme_dirs = theme_dirs
         self.cost_curve = cost_curve  # a known verification-cost curve (else measured once)
         self.cache_dir = cache_dir  # measured costs and Token Recycling's table (None: not kept)
-        self.model_options = dict(model_options or {})  # ModelSpec fields: launch.MODEL_OPTIONS
         self.data: backend.ChatData | None = None
         self.service: ChatService | None = None  # the turns of a chat, over `data`
         self.data_state = DataState.NONE
         self.lm: Model | None = lm
         self.generator: Replies | None = None
         self.indexer: Any = None  # BackgroundIndexer of the loaded model's tokenizer
-        self.model_source = model_source if model_source is not None else config.model
-        self.device_name = device or config.device
-        self.engine_name = engine or config.engine  # --engine, else config.toml, else auto
+        # The model to load, and (once one is) the one loaded: the model screen starts from it.
+        self.spec = with_config(spec or ModelSpec(), config)
         self.autoload_model = autoload_model
         self.model_state = ModelState.NONE
         self.model_progress = ""
@@ -97,7 +95,7 @@ class SamchatApp(App[None]):
         self.ready_cpu: float | None = None  # process CPU seconds when the UI became usable
         self.theme_problems: list[str] = []
         self._setup_themes()
-        self.chat = ChatScreen()
+        self.chat = ChatScreen(self)
 
     def get_default_screen(self) -> Screen[Any]:
         return self.chat
@@ -142,7 +140,7 @@ class SamchatApp(App[None]):
     def model_name(self) -> str:
         if self.lm is not None:
             return str(self.lm.name)
-        return self.model_source or DEFAULT_MODEL_NAME
+        return self.spec.source or DEFAULT_MODEL_NAME
 
     def error(self, exc: BaseException | str, title: str = "Error") -> None:
         self.notify(str(exc), severity="error", title=title, timeout=10)
@@ -189,7 +187,7 @@ class SamchatApp(App[None]):
                 ),
             )
         elif self.autoload_model:
-            self.start_model_load(self.model_source, self.device_name, self.engine_name)
+            self.start_model_load(self.spec)
 
     @property
     def recent_models(self) -> Path:
@@ -215,36 +213,31 @@ class SamchatApp(App[None]):
                 self.generator.indexer = self.indexer
 
     def on_unmount(self) -> None:
-        if self.chat.job is not None:
-            self.chat.job.cancel.set()
+        if (job := self.chat.conversation.job) is not None:
+            job.cancel.set()
         if self.indexer is not None:
             self.indexer.stop(timeout=2)
 
     # -- model loading -------------------------------------------------------------------------
 
-    def start_model_load(self, source: str, device: str, engine: str) -> None:
+    def start_model_load(self, spec: ModelSpec) -> None:
         self.model_state = ModelState.LOADING
         self.model_progress = ""
         self.chat.update_status()
         # A copy: the worker's session keeps these knobs, whatever the settings do meanwhile.
-        self.load_model_worker(source, device, engine, dataclasses.replace(self.cfg.decoding))
+        self.load_model_worker(spec, dataclasses.replace(self.cfg.decoding))
 
     @work(thread=True, exclusive=True, group="model", exit_on_error=False)
-    def load_model_worker(
-        self, source: str, device: str, engine: str, decoding: DecodingConfig
-    ) -> None:
+    def load_model_worker(self, spec: ModelSpec, decoding: DecodingConfig) -> None:
         def progress(text: str) -> None:
             self.post_message(ModelProgress(text))
 
         try:
-            lm = backend.load_lm(
-                source,
-                device,
+            lm = backend.open_model(
+                spec,
                 progress,
-                self.model_options,
-                engine,
-                self.recent_models,
                 self.cfg.endpoints,
+                self.recent_models,
                 cancelled=lambda: get_current_worker().is_cancelled,  # the app is closing
             )
         except SamchatError as exc:
@@ -264,7 +257,7 @@ class SamchatApp(App[None]):
             generator.prepare()
         except Exception as exc:  # the next reply reports it again; the model itself is fine
             warning = f"decoder setup failed: {exc}"
-        self.post_message(ModelLoaded(lm, generator, source, device, engine, warning))
+        self.post_message(ModelLoaded(lm, generator, spec, warning))
 
     def on_model_progress(self, msg: ModelProgress) -> None:
         self.model_progress = msg.text
@@ -277,8 +270,8 @@ class SamchatApp(App[None]):
         if msg.warning:
             self.error(msg.warning, "Decoder")
         # The model screen opens on what runs now.
-        self.model_source, self.device_name, self.engine_name = msg.source, msg.device, msg.engine
-        chosen = (msg.source, msg.device, msg.engine)
+        self.spec = msg.spec
+        chosen = (msg.spec.source or "", msg.spec.device, msg.spec.engine)
         if chosen != (self.cfg.model, self.cfg.device, self.cfg.engine):
             self.cfg.model, self.cfg.device, self.cfg.engine = chosen
             self.save_settings()
@@ -338,28 +331,20 @@ class SamchatApp(App[None]):
 
     @guarded
     def action_pick_model(self) -> None:
-        if self.chat.job is not None:  # a waiting prompt is fine: it goes to the new model
+        if self.chat.conversation.job is not None:  # a waiting prompt goes to the new model
             self.notify("a reply is streaming; press esc to stop it first", severity="warning")
             return
 
-        def done(choice: tuple[str, str, str] | None) -> None:
+        def done(choice: ModelSpec | None) -> None:
             if choice is None:
                 return
-            source, device, engine = choice
             if self.model_state == ModelState.LOADING:
                 self.notify("a model is already loading", severity="warning")
                 return
-            self.start_model_load(source, device, engine)
+            self.start_model_load(choice)
 
         recent = [self.cfg.model] if self.cfg.model else []
-        screen = ModelScreen(
-            self.model_source,
-            self.device_name,
-            recent,
-            self.engine_name,
-            self.recent_models,
-            self.cfg.endpoints,
-        )
+        screen = ModelScreen(self.spec, recent, self.recent_models, self.cfg.endpoints)
         self.push_screen(screen, done)
 
     @guarded
@@ -402,6 +387,17 @@ class SamchatApp(App[None]):
             target = self if action in APP_ACTIONS else self.chat
             run = partial(self.run_action, action, target)
             yield SystemCommand(desc, f"{desc} ({shown})", run)
+
+
+def with_config(spec: ModelSpec, cfg: Config) -> ModelSpec:
+    """config.toml's model, device and engine where `spec` leaves them at the default (the
+    command line's options win; its other options, e.g. --dtype, are kept)."""
+    return dataclasses.replace(
+        spec,
+        source=spec.source if spec.source is not None else (cfg.model or None),
+        device=spec.device if spec.device != "auto" else cfg.device,
+        engine=spec.engine if spec.engine != "auto" else cfg.engine,
+    )
 
 
 def _default_db() -> Path:

@@ -3,32 +3,20 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from samchat.tui.app import SamchatApp
 
-# The model options of the command line that the app hands to every model it loads.
-MODEL_OPTIONS = ("dtype", "quantize", "trust_remote_code", "cuda_graphs")
-
 
 def app_from_args(args: argparse.Namespace) -> SamchatApp:
+    """The app, with the model the command line names (config.toml's fills the rest)."""
     from samchat import paths
-    from samchat.cli_options import store_path
+    from samchat.cli_options import spec_from_args, store_path
     from samchat.tui.app import SamchatApp
 
     db_path = store_path(args)  # --data-dir: the store, and the static index next to it
-    options: dict[str, Any] = {
-        key: getattr(args, key) for key in MODEL_OPTIONS if getattr(args, key, None) is not None
-    }
-    return SamchatApp(
-        model_source=getattr(args, "model", None),
-        device=getattr(args, "device", None),
-        engine=getattr(args, "engine", None),
-        model_options=options,
-        db_path=db_path,
-        cache_dir=paths.cache_dir(),
-    )
+    return SamchatApp(spec=spec_from_args(args), db_path=db_path, cache_dir=paths.cache_dir())
 
 
 def run_tui(args: argparse.Namespace) -> int:

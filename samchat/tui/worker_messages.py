@@ -1,5 +1,6 @@
-"""Messages that worker threads post to the app or the chat screen (post_message is
-thread-safe), and the reply job they carry."""
+"""Messages that worker threads post to the app, the chat screen or the conversation
+(post_message is thread-safe), and the reply job they carry. The reply worker's messages are
+the conversation's own: they do not bubble."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from samchat.chat.backend import Model, Replies
     from samchat.chat.service import PendingReply, ReplyRecord
     from samchat.corpus.retrieval import Fitted
+    from samchat.models.loader import ModelSpec
 
 
 @dataclass
@@ -33,7 +35,7 @@ class ReplyJob:
 
 
 @dataclass
-class ReplyDelta(Message):
+class ReplyDelta(Message, bubble=False):
     job: ReplyJob
     text: str
     pieces: list[tuple[str, str]]  # (text, drafter) runs of `text`
@@ -43,34 +45,34 @@ class ReplyDelta(Message):
 
 
 @dataclass
-class ReplyReading(Message):
+class ReplyReading(Message, bubble=False):
     job: ReplyJob
     done: int  # prompt tokens read of
     total: int
 
 
 @dataclass
-class ReplyStep(Message):
+class ReplyStep(Message, bubble=False):
     job: ReplyJob
     forward_s: float
     plain: bool  # one row, no draft: the reply's own measure of a plain decoding step
 
 
 @dataclass
-class ReplyFinished(Message):
+class ReplyFinished(Message, bubble=False):
     job: ReplyJob
     record: ReplyRecord
 
 
 @dataclass
-class CurveTiming(Message):
+class CurveTiming(Message, bubble=False):
     """The reply worker times this machine's verification costs (True), or is done (False)."""
 
     busy: bool
 
 
 @dataclass
-class ReplyFailed(Message):
+class ReplyFailed(Message, bubble=False):
     job: ReplyJob
     error: str
 
@@ -84,9 +86,7 @@ class ModelProgress(Message):
 class ModelLoaded(Message):
     lm: Model
     generator: Replies
-    source: str
-    device: str
-    engine: str
+    spec: ModelSpec  # what was asked for (the model screen opens on it)
     warning: str
 
 

@@ -14,6 +14,7 @@ import pytest
 from textual.widgets import OptionList, Static
 
 from samchat.chat.config import load_config
+from samchat.models.loader import ModelSpec
 from samchat.store import Store
 from samchat.tui.app import SamchatApp
 from samchat.tui.screens.help import HelpScreen
@@ -80,7 +81,12 @@ async def _chat(tmp_path: Path, server: Server) -> None:
 
         # A long reply streams; esc stops it at once, and what came is kept.
         await send(pilot, app, "Write a long story about a lighthouse keeper.")
-        await wait_for(pilot, lambda: app.chat.job is not None and app.chat.job.live.tokens >= 3)
+        await wait_for(
+            pilot,
+            lambda: (
+                app.chat.conversation.job is not None and app.chat.conversation.job.live.tokens >= 3
+            ),
+        )
         bar = rendered(app, "#stats-text")
         assert "first token" in bar and "remote" in bar and "MAT" not in bar
         await pilot.press("escape")
@@ -113,7 +119,7 @@ def test_the_tui_chats_through_a_remote_server(
 
 async def _slow(tmp_path: Path, port: int) -> None:
     config = write_config(f'[endpoints.slow]\nurl = "http://127.0.0.1:{port}/v1"\ntimeout = 3\n')
-    app = make_app(tmp_path, config, model_source="openai:slow")
+    app = make_app(tmp_path, config, spec=ModelSpec(source="openai:slow"))
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for(pilot, lambda: app.model_state == "loading")
         await pilot.press("f1")  # the UI answers while the server says nothing
@@ -130,7 +136,7 @@ def test_a_silent_server_never_freezes_the_tui(tmp_path: Path) -> None:
 
 async def _quit_while_loading(tmp_path: Path, port: int) -> None:
     config = write_config(f'[endpoints.slow]\nurl = "http://127.0.0.1:{port}/v1"\ntimeout = 60\n')
-    app = make_app(tmp_path, config, model_source="openai:slow")
+    app = make_app(tmp_path, config, spec=ModelSpec(source="openai:slow"))
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for(pilot, lambda: app.model_state == "loading")
         await pilot.pause(0.3)  # the worker is now waiting on the silent server

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -15,6 +16,8 @@ from textual.command import CommandPalette
 from textual.widgets import Input, Log, Markdown, OptionList, ProgressBar, Select
 from tui_helpers import fixed_config, seed_chat, wait_for
 
+from samchat.errors import SamchatError
+from samchat.models.loader import ModelSpec
 from samchat.store import Store
 from samchat.tui.app import SamchatApp
 from samchat.tui.keys import ACTIONS
@@ -184,7 +187,7 @@ async def test_locked_database_write_is_a_notice(
         try:
             await pilot.press(*"hello", "enter")
             await wait_for(pilot, lambda: any("lock" in n.lower() for n in notices(app)), 20)
-            assert app.chat.chat_id is None or app.chat.pending is None
+            assert app.chat.chat_id is None or app.chat.conversation.pending is None
         finally:
             locker.rollback()
             locker.close()
@@ -255,8 +258,9 @@ async def test_model_screen_returns_the_chosen_engine(
     config_path.write_text('engine = "torch"\n')
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        chosen: list[tuple[str, str, str] | None] = []
-        await app.push_screen(ModelScreen("", "cpu", [], app.engine_name), chosen.append)
+        chosen: list[ModelSpec | None] = []
+        current = dataclasses.replace(app.spec, device="cpu")
+        await app.push_screen(ModelScreen(current, []), chosen.append)
         engine = app.screen.query_one("#model-engine", Select)
         assert engine.value == "torch"  # config.toml's engine
         engine.focus()
@@ -265,7 +269,7 @@ async def test_model_screen_returns_the_chosen_engine(
         await wait_for(pilot, lambda: engine.value == "llamacpp")
         app.screen.query_one("#model-source", Input).focus()
         await pilot.press("enter")
-        await wait_for(pilot, lambda: chosen == [("", "cpu", "llamacpp")])
+        await wait_for(pilot, lambda: chosen == [ModelSpec(device="cpu", engine="llamacpp")])
 
 
 async def test_engine_from_the_model_screen_reaches_the_loader(
@@ -294,14 +298,14 @@ async def test_engine_flag_beats_config_and_a_bad_engine_is_reported(
 ) -> None:
     config_path.parent.mkdir(parents=True)
     config_path.write_text('engine = "torch"\n')
-    assert make_app().engine_name == "torch"
+    assert make_app().spec.engine == "torch"
     model_dir = tmp_path / "hf-model"
     model_dir.mkdir()
     (model_dir / "config.json").write_text("{}")
     # `samchat --engine llamacpp --model DIR`: the app starts; the model's failure is a notice.
-    app = make_app(engine="llamacpp", model_source=str(model_dir), autoload_model=True)
+    app = make_app(spec=ModelSpec(str(model_dir), engine="llamacpp"), autoload_model=True)
     async with app.run_test(size=(120, 40)) as pilot:
-        assert app.engine_name == "llamacpp"
+        assert app.spec.engine == "llamacpp"
         await wait_for(pilot, lambda: app.model_state == "failed", 60)
         assert any("runs .gguf files" in n for n in notices(app))
     config_path.write_text('engine = "llama"\n')
@@ -310,7 +314,7 @@ async def test_engine_flag_beats_config_and_a_bad_engine_is_reported(
         await pilot.pause()
         [problem] = [n for n in notices(app) if "engine" in n]
         assert "engine must be one of auto, torch, llamacpp" in problem and "\n" not in problem
-        assert app.engine_name == "auto"
+        assert app.spec.engine == "auto"
 
 
 def test_the_engine_flag_reaches_the_app(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -319,7 +323,7 @@ def test_the_engine_flag_reaches_the_app(monkeypatch: pytest.MonkeyPatch) -> Non
     started: list[tuple[str, str]] = []
 
     def run(app: SamchatApp) -> None:  # the app itself runs in the Pilot tests
-        started.append((app.engine_name, app.device_name))
+        started.append((app.spec.engine, app.spec.device))
 
     monkeypatch.setattr(SamchatApp, "run", run)
     assert main(["--engine", "torch", "--device", "cpu"]) == 0
@@ -429,8 +433,8 @@ async def test_model_screen_offers_the_models_found_on_this_machine(
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        chosen: list[tuple[str, str, str] | None] = []
-        await app.push_screen(ModelScreen("", "cpu", [], "auto"), chosen.append)
+        chosen: list[ModelSpec | None] = []
+        await app.push_screen(ModelScreen(ModelSpec(device="cpu"), []), chosen.append)
         options = app.screen.query_one("#model-list", OptionList)
         await wait_for(pilot, lambda: options.option_count == 2)
         found = options.get_option_at_index(1)
@@ -438,7 +442,7 @@ async def test_model_screen_offers_the_models_found_on_this_machine(
         options.focus()
         options.highlighted = 1
         await pilot.press("enter")
-        await wait_for(pilot, lambda: chosen == [("ollama:smol", "cpu", "auto")])
+        await wait_for(pilot, lambda: chosen == [ModelSpec("ollama:smol", device="cpu")])
 
 
 async def test_cuda_graphs_on_the_command_line_reach_the_app() -> None:
@@ -450,7 +454,7 @@ async def test_cuda_graphs_on_the_command_line_reach_the_app() -> None:
     from samchat.tui.launch import app_from_args
 
     app = app_from_args(build_parser(with_commands=False).parse_args(["--cuda-graphs"]))
-    assert app.model_options["cuda_graphs"] is True
+    assert app.spec.cuda_graphs is True
     async with app.run_test(size=(120, 40)) as pilot:
         if torch.cuda.is_available():
             await wait_for(pilot, lambda: app.model_state == "ready", 120)
@@ -460,3 +464,40 @@ async def test_cuda_graphs_on_the_command_line_reach_the_app() -> None:
         assert any("--cuda-graphs needs a CUDA GPU" in n for n in notices(app)), notices(app)
         await pilot.press("f1")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+
+
+async def test_model_options_of_the_command_line_survive_a_model_switch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`samchat --cuda-graphs --dtype float32`: the ModelSpec the app loads carries both, and
+    so does the one it loads after another model is picked on the model screen."""
+    from samchat.chat import backend
+    from samchat.cli import build_parser
+    from samchat.tui.launch import app_from_args
+
+    loaded: list[ModelSpec] = []
+
+    def open_model(spec: ModelSpec, *args: Any, **kwargs: Any) -> Any:
+        loaded.append(spec)
+        raise SamchatError("not loading models in this test")
+
+    monkeypatch.setattr(backend, "open_model", open_model)
+    args = ["--cuda-graphs", "--dtype", "float32", "--device", "cpu"]
+    app = app_from_args(build_parser(with_commands=False).parse_args(args))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.model_state == "failed", 30)
+        assert loaded == [ModelSpec(device="cpu", dtype="float32", cuda_graphs=True)]
+        await pilot.press("ctrl+l")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelScreen))
+        app.screen.query_one("#model-engine", Select).value = "torch"
+        await type_path(pilot, app, tmp_path / "other-model")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(loaded) == 2, 30)
+        other = ModelSpec(
+            str(tmp_path / "other-model"),
+            device="cpu",
+            dtype="float32",
+            engine="torch",
+            cuda_graphs=True,
+        )
+        assert loaded[1] == other

@@ -1,9 +1,11 @@
 """Pick a model (the bundled default, one found on this machine, one a configured endpoint
 serves, a local directory / GGUF file, a hub id or an openai: URL), the engine that runs it and
-the device."""
+the device: the current ModelSpec with those three replaced, so the command line's other options
+(--dtype, --cuda-graphs…) go with the model picked."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
@@ -21,6 +23,7 @@ from samchat.engines.registry import ENGINES
 from samchat.models.catalog import ModelEntry, list_models
 from samchat.models.default import DEFAULT_MODEL_NAME
 from samchat.models.device import DEVICES
+from samchat.models.loader import ModelSpec
 
 if TYPE_CHECKING:
     from samchat.remote.endpoint import Endpoint
@@ -29,17 +32,15 @@ DEFAULT_LABEL = f"default: {DEFAULT_MODEL_NAME} (bundled, offline)"
 ENGINE_HELP = "auto: llama.cpp for a .gguf model on the CPU, else torch"
 
 
-class ModelScreen(ModalScreen[tuple[str, str, str] | None]):
-    """Returns (source, device, engine); source "" is the bundled default."""
+class ModelScreen(ModalScreen[ModelSpec | None]):
+    """Returns `current` with the source (None: the bundled default), device and engine picked."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss(None)", "Cancel")]
 
     def __init__(
         self,
-        current: str,
-        device: str,
+        current: ModelSpec,
         recent: list[str],
-        engine: str = "auto",
         catalog: Path | None = None,
         endpoints: Mapping[str, Endpoint] | None = None,
     ) -> None:
@@ -49,8 +50,8 @@ class ModelScreen(ModalScreen[tuple[str, str, str] | None]):
         self.catalog = catalog
         self.endpoints = dict(endpoints or {})
         self.current = current
-        self.device = device if device in DEVICES else "auto"
-        self.engine = engine if engine in ENGINES else "auto"
+        self.device = current.device if current.device in DEVICES else "auto"
+        self.engine = current.engine if current.engine in ENGINES else "auto"
         self.recent = [r for r in recent if r]
         self.found: list[ModelEntry] = []  # filled by a worker: scanning caches takes a while
 
@@ -63,7 +64,7 @@ class ModelScreen(ModalScreen[tuple[str, str, str] | None]):
                 id="model-list",
             )
             yield Input(
-                self.current,
+                self.current.source or "",
                 placeholder="model directory, .gguf file, hub id or openai:URL (empty = default)",
                 id="model-source",
             )
@@ -145,7 +146,10 @@ class ModelScreen(ModalScreen[tuple[str, str, str] | None]):
         device = self.query_one("#model-device", Select).value
         engine = self.query_one("#model-engine", Select).value
         source = self.query_one("#model-source", Input).value.strip()
-        self.dismiss((source, str(device), str(engine)))
+        spec = dataclasses.replace(
+            self.current, source=source or None, device=str(device), engine=str(engine)
+        )
+        self.dismiss(spec)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "load":

@@ -77,6 +77,13 @@ class ChatView(VerticalScroll):
         self.anchor()
         self.scroll_end(animate=False)
 
+    def show_branches(self, branches: dict[int, tuple[int, int]]) -> None:
+        """Each message's (n, of) among its siblings, after a reply joined the thread."""
+        self.branches = branches
+        for view in self.views():
+            if view.message_id is not None:
+                view.show_branch(branches.get(view.message_id, (1, 1)))
+
     def views(self) -> list[MessageView]:
         return list(self.query(MessageView))
 

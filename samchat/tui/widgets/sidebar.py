@@ -1,17 +1,24 @@
-"""The sidebar: a full-text search box over a list of chats (newest first) or search hits."""
+"""The sidebar: a full-text search box over a list of chats (newest first) or search hits,
+read from the store the host has open."""
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
 from textual.message import Message
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option, OptionDoesNotExist
+
+from samchat.errors import SamchatError
+
+if TYPE_CHECKING:
+    from samchat.tui.host import ChatHost
 
 
 class Sidebar(Vertical):
@@ -20,10 +27,42 @@ class Sidebar(Vertical):
         chat_id: int
         message_id: int | None  # a search hit opens the branch holding this message
 
+    def __init__(self, host: ChatHost, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.host = host
+        self.current: int | None = None  # the open chat, highlighted in the list
+
     def compose(self) -> ComposeResult:
         yield Static("Chats", id="sidebar-title")
         yield Input(placeholder="Search (full text)…", id="search")
         yield OptionList(id="chat-list")
+
+    def refresh_chats(self, current: int | None) -> None:
+        """The chats, or the hits of the search box's query; `current`: the open chat."""
+        self.current = current
+        query = self.query_one("#search", Input).value.strip()
+        data = self.host.data
+        if data is None:
+            self.show_chats([], None)
+            return
+        try:
+            if query:
+                self.show_hits(data.search(query))
+            else:
+                self.show_chats(data.chats(), current)
+        except SamchatError as exc:
+            self.host.error(exc, "Search" if query else "Database")
+
+    @on(Input.Changed, "#search")
+    def _search_changed(self) -> None:
+        self.refresh_chats(self.current)
+
+    @on(Input.Submitted, "#search")
+    def _search_submitted(self) -> None:
+        lst = self.query_one("#chat-list", OptionList)
+        lst.focus()
+        if lst.highlighted is None and lst.option_count:
+            lst.highlighted = 0
 
     def show_chats(self, chats: list[Any], current: int | None) -> None:
         lst = self.query_one("#chat-list", OptionList)
@@ -39,6 +78,7 @@ class Sidebar(Vertical):
         lst = self.query_one("#chat-list", OptionList)
         if chat_id is None:
             return
+        self.current = chat_id
         with contextlib.suppress(OptionDoesNotExist):  # search results are shown
             lst.highlighted = lst.get_option_index(f"chat-{chat_id}")
 

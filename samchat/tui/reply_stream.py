@@ -1,0 +1,81 @@
+"""The body of the conversation's reply worker: the chat service's stream of one reply, posted
+to the UI as worker messages (post_message is thread-safe); after a plain first reply, this
+machine's verification costs are timed once."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from samchat.chat.service import ReplyRecord, stream_reply
+from samchat.errors import SamchatError
+from samchat.tui.worker_messages import (
+    CurveTiming,
+    Notice,
+    ReplyDelta,
+    ReplyFailed,
+    ReplyFinished,
+    ReplyJob,
+    ReplyReading,
+    ReplyStep,
+)
+
+if TYPE_CHECKING:
+    from textual.message import Message
+
+    from samchat.chat.backend import Replies
+    from samchat.decoding.params import SamplingParams
+
+Post = Callable[["Message"], object]
+
+
+def stream_to(
+    post: Post,
+    job: ReplyJob,
+    gen: Replies,
+    sampling: SamplingParams,
+    cancelled: Callable[[], bool],
+) -> None:
+    """In a thread worker; `cancelled()`: the worker was cancelled (the app is closing)."""
+    try:
+        from samchat.decoding.events import PrefillProgress, StepStats, TextDelta
+
+        events = stream_reply(gen, job.reply, sampling, job.cancel, job.live.started)
+        timing = False
+        for ev in events:
+            if isinstance(ev, TextDelta):
+                pieces = [(text, source) for text, source in ev.pieces]
+                now = time.perf_counter()
+                post(ReplyDelta(job, ev.text, pieces, ev.tokens, list(ev.sources), now))
+            elif isinstance(ev, StepStats):
+                post(ReplyStep(job, ev.forward_s, ev.draft_size == 0))
+            elif isinstance(ev, PrefillProgress):
+                post(ReplyReading(job, ev.done, ev.total))
+            elif isinstance(ev, ReplyRecord):
+                # Timing starts before the UI learns the reply is done, so that a prompt
+                # sent meanwhile waits for it instead of racing it for the CPU.
+                timing = gen.curve_missing()
+                if timing:
+                    post(CurveTiming(True))
+                post(ReplyFinished(job, ev))
+        if timing:
+            time_machine(post, gen, cancelled)
+    except SamchatError as exc:
+        post(ReplyFailed(job, str(exc)))
+    except Exception as exc:  # a decoder bug must not take the UI down
+        post(ReplyFailed(job, f"{type(exc).__name__}: {exc}"))
+
+
+def time_machine(post: Post, gen: Replies, cancelled: Callable[[], bool]) -> None:
+    """After a plain first reply: time this machine once. Closing the app cancels the worker,
+    which stops the timing at its next forward."""
+    try:
+        gen.measure_cost_curve(cancelled)
+    except SamchatError as exc:  # stopped, or failed: replies stay plain, and say so
+        if not cancelled():
+            post(Notice(f"timing drafts failed: {exc}", "Decoder"))
+    except Exception as exc:  # a measurement bug must not take the UI down
+        post(Notice(f"timing drafts failed: {type(exc).__name__}: {exc}", "Decoder"))
+    finally:
+        post(CurveTiming(False))
