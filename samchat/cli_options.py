@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from samchat import paths
 from samchat.engines.registry import ENGINES
 from samchat.errors import SamchatError
 from samchat.models.device import DEVICES, DTYPES
 from samchat.models.loader import ModelSpec
+
+if TYPE_CHECKING:
+    from samchat.chat.config import Config
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -19,18 +23,22 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         "--model",
         default=argparse.SUPPRESS,
         help="model directory, GGUF file, hub id, ollama:NAME[:TAG], or a model on a server: "
-        "openai:URL[#MODEL] or openai:ENDPOINT (default: bundled SmolLM2-135M-Instruct); "
-        "`samchat models` lists them",
+        "openai:URL[#MODEL] or openai:ENDPOINT (default: config.toml's model, else the bundled "
+        "SmolLM2-135M-Instruct); `samchat models` lists them",
     )
     group.add_argument(
         "--engine",
         default=argparse.SUPPRESS,
         choices=ENGINES,
-        help="default: auto (the app and ask: config.toml's engine); auto runs a .gguf model "
-        "(the bundled default too) with llama.cpp on the CPU when llama-cpp-python is "
-        "installed, else torch",
+        help="default: config.toml's engine, else auto; auto runs a .gguf model (the bundled "
+        "default too) with llama.cpp on the CPU when llama-cpp-python is installed, else torch",
     )
-    group.add_argument("--device", default=argparse.SUPPRESS, choices=DEVICES, help="default: auto")
+    group.add_argument(
+        "--device",
+        default=argparse.SUPPRESS,
+        choices=DEVICES,
+        help="default: config.toml's device, else auto",
+    )
     group.add_argument(
         "--dtype",
         default=argparse.SUPPRESS,
@@ -98,13 +106,15 @@ def store_path(args: argparse.Namespace) -> Path:
     return apply_data_dir(args) / DB_NAME
 
 
-def spec_from_args(args: argparse.Namespace, engine: str = "auto") -> ModelSpec:
-    """engine: the one to use when --engine is not given (a command that reads config.toml
-    passes its `engine`)."""
+def spec_from_args(args: argparse.Namespace, config: Config | None = None) -> ModelSpec:
+    """The model the command line names; where it names no model, device or engine, config.toml's
+    (`config`: the front ends that read it, the app, ask and serve)."""
+    base = config.model_spec() if config is not None else ModelSpec()
+    # The model options are absent from args unless given (argparse.SUPPRESS).
     return ModelSpec(
-        source=getattr(args, "model", None),
-        engine=getattr(args, "engine", None) or engine,
-        device=getattr(args, "device", "auto") or "auto",
+        source=getattr(args, "model", base.source),
+        engine=getattr(args, "engine", None) or base.engine,
+        device=getattr(args, "device", None) or base.device,
         dtype=getattr(args, "dtype", "auto") or "auto",
         quantize=getattr(args, "quantize", None),
         trust_remote_code=bool(getattr(args, "trust_remote_code", False)),

@@ -18,6 +18,7 @@ from samchat.corpus.rule import RetrievalRule
 from samchat.decoding.params import DecodingConfig, SamplingParams, from_mapping, to_mapping
 from samchat.engines.registry import ENGINES
 from samchat.errors import SamchatError
+from samchat.models.loader import ModelSpec
 from samchat.remote.endpoint import Endpoint, endpoints_from_toml
 
 CONFIG_NAME = "config.toml"
@@ -49,6 +50,11 @@ class Config:
     # [endpoints.NAME]: OpenAI-compatible servers `openai:NAME` reaches. The user writes them;
     # saving the settings leaves them as they are (to_toml_dict does not hold them).
     endpoints: dict[str, Endpoint] = field(default_factory=dict)
+
+    def model_spec(self) -> ModelSpec:
+        """The model, device and engine this file names (the command line's options override
+        them: cli_options.spec_from_args)."""
+        return ModelSpec(source=self.model or None, device=self.device, engine=self.engine)
 
     def to_toml_dict(self) -> dict[str, Any]:
         return {

@@ -342,11 +342,7 @@ def _settings(args: argparse.Namespace) -> _Settings:
     from samchat.chat.config import load_config
 
     cfg = load_config()
-    if getattr(args, "model", None) is None and cfg.model:
-        args.model = cfg.model
-    if getattr(args, "device", None) is None:
-        args.device = cfg.device
-    spec = spec_from_args(args, engine=cfg.engine)
+    spec = spec_from_args(args, cfg)
     decoding, sampling = to_mapping(cfg.decoding), to_mapping(cfg.sampling)
     for cls, name in KNOB_OPTIONS:
         value = getattr(args, name, None)
@@ -361,16 +357,6 @@ def _settings(args: argparse.Namespace) -> _Settings:
         cfg.endpoints,
         cfg.documents,
     )
-
-
-def _configured_engine(args: argparse.Namespace) -> str:
-    """--engine wins; without it, config.toml's engine (auto if unset). A bad config file is a
-    one-line ConfigError. (`samchat serve` uses it too.)"""
-    if getattr(args, "engine", None):
-        return str(args.engine)
-    from samchat.chat.config import load_config
-
-    return load_config().engine
 
 
 def _open_index(store: Any, lm: Any) -> Any:

@@ -69,7 +69,6 @@ def _require_extra() -> None:
 def run(args: argparse.Namespace) -> int:
     _require_extra()
     from samchat.chat.config import load_config
-    from samchat.commands.ask import _configured_engine
     from samchat.models import load_model
     from samchat.models.catalog import recent_file
     from samchat.serve.server import ServeOptions, bind, is_loopback, serve
@@ -89,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with Store.open(store_path(args)) as store:  # created or migrated now
             db_path = store.path
-        spec = spec_from_args(args, engine=_configured_engine(args))
+        spec = spec_from_args(args, config)
         lm = load_model(
             spec,
             progress=lambda msg: print(f"[{msg}]", file=sys.stderr),

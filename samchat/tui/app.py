@@ -62,8 +62,8 @@ class SamchatApp(App[None]):
         cost_curve: Any = None,
         cache_dir: Path | None = None,
     ) -> None:
-        """spec: the model to load, as the command line gives it (`cli_options.spec_from_args`);
-        config.toml's model, device and engine fill what it leaves at the default."""
+        """spec: the model to load, as the command line and config.toml give it
+        (`cli_options.spec_from_args`); without one, config.toml's."""
         super().__init__()
         self.config_path = config_path
         self.config_problem: str | None = None
@@ -85,7 +85,7 @@ class SamchatApp(App[None]):
         self.generator: Replies | None = None
         self.indexer: Any = None  # BackgroundIndexer of the loaded model's tokenizer
         # The model to load, and (once one is) the one loaded: the model screen starts from it.
-        self.spec = with_config(spec or ModelSpec(), config)
+        self.spec = spec if spec is not None else config.model_spec()
         self.autoload_model = autoload_model
         self.model_state = ModelState.NONE
         self.model_progress = ""
@@ -387,17 +387,6 @@ class SamchatApp(App[None]):
             target = self if action in APP_ACTIONS else self.chat
             run = partial(self.run_action, action, target)
             yield SystemCommand(desc, f"{desc} ({shown})", run)
-
-
-def with_config(spec: ModelSpec, cfg: Config) -> ModelSpec:
-    """config.toml's model, device and engine where `spec` leaves them at the default (the
-    command line's options win; its other options, e.g. --dtype, are kept)."""
-    return dataclasses.replace(
-        spec,
-        source=spec.source if spec.source is not None else (cfg.model or None),
-        device=spec.device if spec.device != "auto" else cfg.device,
-        engine=spec.engine if spec.engine != "auto" else cfg.engine,
-    )
 
 
 def _default_db() -> Path:

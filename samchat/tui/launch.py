@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -12,11 +13,16 @@ if TYPE_CHECKING:
 def app_from_args(args: argparse.Namespace) -> SamchatApp:
     """The app, with the model the command line names (config.toml's fills the rest)."""
     from samchat import paths
+    from samchat.chat.config import Config, ConfigError, load_config
     from samchat.cli_options import spec_from_args, store_path
     from samchat.tui.app import SamchatApp
 
     db_path = store_path(args)  # --data-dir: the store, and the static index next to it
-    return SamchatApp(spec=spec_from_args(args), db_path=db_path, cache_dir=paths.cache_dir())
+    config: Config | None = None
+    with contextlib.suppress(ConfigError):  # the app reads it again and shows the problem
+        config = load_config()
+    spec = spec_from_args(args, config)
+    return SamchatApp(spec=spec, config=config, db_path=db_path, cache_dir=paths.cache_dir())
 
 
 def run_tui(args: argparse.Namespace) -> int:

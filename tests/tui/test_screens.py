@@ -470,7 +470,8 @@ async def test_model_options_of_the_command_line_survive_a_model_switch(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """`samchat --cuda-graphs --dtype float32`: the ModelSpec the app loads carries both, and
-    so does the one it loads after another model is picked on the model screen."""
+    so does the one it loads after another model is picked on the model screen. The command
+    line and config.toml make one ModelSpec, as for `ask` and `serve` (cli_options)."""
     from samchat.chat import backend
     from samchat.cli import build_parser
     from samchat.tui.launch import app_from_args
@@ -482,8 +483,18 @@ async def test_model_options_of_the_command_line_survive_a_model_switch(
         raise SamchatError("not loading models in this test")
 
     monkeypatch.setattr(backend, "open_model", open_model)
+    # config.toml names a model, device and engine: the command line's device wins, even when
+    # it is "auto"; its model and engine fill what the command line leaves out.
+    config_file = Path(os.environ["SAMCHAT_CONFIG_DIR"]) / "config.toml"
+    config_file.parent.mkdir(parents=True, exist_ok=True)
+    config_file.write_text('model = "ollama:smol"\ndevice = "cuda"\nengine = "torch"\n')
+    parse = build_parser(with_commands=False).parse_args
+    assert app_from_args(parse(["--device", "auto"])).spec == ModelSpec(
+        "ollama:smol", device="auto", engine="torch"
+    )
+    config_file.unlink()
     args = ["--cuda-graphs", "--dtype", "float32", "--device", "cpu"]
-    app = app_from_args(build_parser(with_commands=False).parse_args(args))
+    app = app_from_args(parse(args))
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.model_state == "failed", 30)
         assert loaded == [ModelSpec(device="cpu", dtype="float32", cuda_graphs=True)]
