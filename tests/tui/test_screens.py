@@ -178,7 +178,7 @@ async def test_locked_database_write_is_a_notice(
     app = make_app()
     async with app.run_test() as pilot:
         assert app.data is not None
-        app.data.store.conn.execute("PRAGMA busy_timeout = 50")
+        app.data.conn.execute("PRAGMA busy_timeout = 50")
         locker = sqlite3.connect(db_path, timeout=0.05)
         locker.execute("BEGIN EXCLUSIVE")
         try:

@@ -8,7 +8,7 @@ from typing import Any
 
 from textual.widgets import Input
 
-from samchat.chat import backend
+from samchat.chat.documents import import_documents
 from samchat.chat.live_stats import LiveStats
 from samchat.errors import SamchatError
 from samchat.tui.code_blocks import code_blocks
@@ -146,7 +146,7 @@ class ChatScreen(ChatTurns):
             user_id = users[-1].id
         ids = [r.id for r in rows]
         upto = rows[: ids.index(user_id) + 1] if user_id in ids else rows
-        await self.chat_view.show_thread(upto, service.data.branches(upto))
+        await self.chat_view.show_thread(upto, service.store.branches(upto))
         # The question keeps the sources it was sent with: the new reply names them too.
         answered = view is not None and view.parent_id == user_id
         sources = view.stats.get("sources") if view is not None and answered else None
@@ -172,7 +172,7 @@ class ChatScreen(ChatTurns):
         if view is None or view.message_id is None:
             self.notify("there is no message of yours to edit", severity="warning")
             return
-        original = service.data.message(view.message_id)
+        original = service.store.message(view.message_id)
         chat_id = self.chat_id
 
         async def done(text: str | None) -> None:
@@ -325,7 +325,7 @@ class ChatScreen(ChatTurns):
         store_path = data.path
 
         def importer(path: str, progress: Any) -> str:
-            return backend.import_documents(path, store_path, progress)
+            return import_documents(path, store_path, progress)
 
         def imported() -> None:
             self.samchat.poke_indexer()  # the static index learns the new documents

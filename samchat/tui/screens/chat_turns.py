@@ -15,7 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, OptionList, Static
 from textual.worker import get_current_worker
 
-from samchat.chat import backend
+from samchat.chat.documents import gather_sources
 from samchat.chat.live_stats import LiveStats
 from samchat.chat.service import ChatService, PendingReply, ReplyRecord, stream_reply
 from samchat.errors import SamchatError
@@ -27,7 +27,7 @@ from samchat.tui.states import ModelState
 from samchat.tui.widgets.chat_view import ChatView
 from samchat.tui.widgets.message_view import MessageView, legend_content
 from samchat.tui.widgets.prompt import PromptArea
-from samchat.tui.widgets.sidebar import Sidebar
+from samchat.tui.widgets.sidebar import CHATS_LISTED, HITS_LISTED, MARKS, Sidebar
 from samchat.tui.widgets.stats_bar import StatsBar
 from samchat.tui.worker_messages import (
     CurveTiming,
@@ -43,7 +43,7 @@ from samchat.tui.worker_messages import (
 )
 
 if TYPE_CHECKING:
-    from samchat.chat.backend import Replies
+    from samchat.chat.generator import Replies
     from samchat.decoding.params import SamplingParams
     from samchat.tui.app import SamchatApp
 
@@ -160,9 +160,11 @@ class ChatTurns(Screen[None]):
             return
         try:
             if query:
-                sidebar.show_hits(data.search(query))
+                sidebar.show_hits(
+                    data.search(query, limit=HITS_LISTED, kinds=("message",), mark=MARKS)
+                )
             else:
-                sidebar.show_chats(data.chats(), self.chat_id)
+                sidebar.show_chats(data.chats(limit=CHATS_LISTED), self.chat_id)
         except SamchatError as exc:
             self.samchat.error(exc, "Search" if query else "Database")
 
@@ -274,8 +276,8 @@ class ChatTurns(Screen[None]):
         service: ChatService,
     ) -> None:
         try:
-            sources = backend.gather_sources(
-                service.data.path,
+            sources = gather_sources(
+                service.store.path,
                 question,
                 retrieval=retrieval,
                 files=files,
@@ -330,8 +332,8 @@ class ChatTurns(Screen[None]):
             if self.chat_id is None:
                 self.chat_id = reply.chat_id
                 self.chat_documents[self.chat_id] = self.chat_documents.pop(None, ChatDocuments())
-                self.samchat.sub_title = service.data.chat(self.chat_id).title
-            row = service.data.message(reply.parent_id)
+                self.samchat.sub_title = service.store.chat(self.chat_id).title
+            row = service.store.message(reply.parent_id)
         except SamchatError as exc:
             self.samchat.error(exc, "Database")
             return
@@ -456,7 +458,8 @@ class ChatTurns(Screen[None]):
         job, record = msg.job, msg.record
         if self.job is job:
             self.job = None
-        job.live.on_done(record.stats)
+        stored = record.stats.to_dict()  # as the store keeps it, and the views show it
+        job.live.on_done(stored)
         view = job.view
         if record.finish_reason == "interrupted":  # a server broke off: the text is kept
             self.notify(record.notice, title="Reply interrupted", severity="warning", timeout=10)
@@ -475,9 +478,9 @@ class ChatTurns(Screen[None]):
             await view.drop_stream()
         else:
             # The engine's figures and provenance; the streamed view matches them.
-            await view.finish(message_id, record.stats)
+            await view.finish(message_id, stored)
             if message_id is not None and service is not None and self.chat_id == job.chat_id:
-                self.chat_view.rows.append(service.data.message(message_id))
+                self.chat_view.rows.append(service.store.message(message_id))
                 self._refresh_branch_headers()
         self.query_one(StatsBar).show(job.live, record.finish_reason)
         if record.finish_reason == "cancelled":

@@ -67,6 +67,9 @@ class Sidebar(Vertical):
 
 
 MARK_OPEN, MARK_CLOSE = "\x02", "\x03"  # the marks asked of Store.search around each hit
+MARKS = (MARK_OPEN, MARK_CLOSE)
+CHATS_LISTED = 500  # the most recent chats the list shows
+HITS_LISTED = 50  # the best search hits the list shows
 
 
 def _marked(snippet: str) -> Content:
