@@ -103,9 +103,10 @@ ASKER = (
     PRELUDE
     + OPEN
     + """
-from samchat.chat.backend import ChatData
+from samchat.chat.record import StoredStats
 from samchat.chat.service import ChatService, ReplyRecord
-service = ChatService(ChatData(store))
+from samchat.decoding.events import ReplyStats
+service = ChatService(store)
 limit = int(sys.argv[3]) if len(sys.argv) > 3 else 10**9
 size = int(sys.argv[4]) if len(sys.argv) > 4 else 20
 for i in range(limit):
@@ -117,31 +118,38 @@ for i in range(limit):
         reply += " " + rng.choice(WORDS)
         if w % 20 == 0:
             time.sleep(0.001)
-    record = ReplyRecord(reply, "stop", {"tokens": size, "seconds": 0.02})
+    figures = ReplyStats(tokens=size, seconds=0.02, tokens_per_s=size / 0.02, steps=size, mat=1.0)
+    record = ReplyRecord(reply, "stop", StoredStats(figures, "stop"))
     reply_id = service.finish(pending, record)
     ack("msg", reply_id, reply)
     manager.sync()
 """
 )
 
-# The TUI's path: ChatData.add_user / add_reply (record.save_reply) and the BackgroundIndexer.
+# The TUI's path: the store's add_message, record.save_reply and the BackgroundIndexer.
 TUI = (
     PRELUDE
     + """
-from samchat.chat.backend import ChatData
+from samchat.chat.record import StoredStats, save_reply
 from samchat.corpus.indexing import BackgroundIndexer
+from samchat.decoding.events import ReplyStats
+from samchat.store import Store
 limit = int(sys.argv[3]) if len(sys.argv) > 3 else 10**9
-chat_data = ChatData.open(data / "samchat.db")
+chat_data = Store.open(data / "samchat.db")
 indexer = BackgroundIndexer(data / "samchat.db", "fp", encode, 0, root=data / "index").start()
 chat = chat_data.create_chat(f"tui chat {seed}", "m")
 parent = None
 for i in range(limit):
     question = f"tui question {seed}.{i} " + " ".join(rng.choice(WORDS) for _ in range(12))
-    user_id = chat_data.add_user(chat, question, parent)
+    user_id = chat_data.add_message(chat, "user", question, parent)
     ack("msg", user_id, question)
     reply = f"tui answer {seed}.{i}:" + "".join(" " + rng.choice(WORDS) for _ in range(40))
     time.sleep(0.005)
-    parent = chat_data.add_reply(chat, reply, user_id, "m", {"tokens": 40}, "stop")
+    figures = ReplyStats(tokens=40, seconds=0.02, tokens_per_s=2000.0, steps=40, mat=1.0)
+    stats = StoredStats(figures, "stop")
+    parent = save_reply(
+        chat_data, chat, user_id, reply, model="m", stats=stats, finish_reason="stop"
+    )
     ack("msg", parent, reply)
     indexer.poke()
 indexer.wait_idle(60)

@@ -1,6 +1,7 @@
-"""The tests' shared, typed stand-ins: a model record as ChatSession reads it, and an engine on a
-fake clock. Fakes are for properties (what a measurement or the loop does with given costs);
-losslessness is tested on the real model."""
+"""The tests' shared, typed stand-ins: a model record as ChatSession reads it, an engine on a
+fake clock, and a reply's stored figures for tests that save replies they did not generate.
+Fakes are for properties (what a measurement or the loop does with given costs); losslessness
+is tested on the real model."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from samchat.chat.record import StoredStats
+from samchat.decoding.events import ReplyStats
 from samchat.engines import Logits
 from samchat.engines.cost import CostCurve
 from samchat.engines.layout import TreeLayout
@@ -35,6 +38,13 @@ class ModelRecord:
     @property
     def device_type(self) -> str:
         return str(getattr(self.device, "type", self.device))
+
+
+def stored_stats(tokens: int = 0, seconds: float = 0.0, finish_reason: str = "stop") -> StoredStats:
+    """The record of a reply a test wrote itself: `tokens` plain steps in `seconds`."""
+    speed = tokens / seconds if seconds else 0.0
+    figures = ReplyStats(tokens=tokens, seconds=seconds, tokens_per_s=speed, steps=tokens, mat=1.0)
+    return StoredStats(figures, finish_reason)
 
 
 class _Pending:

@@ -1,6 +1,8 @@
 """The chat layer every front end shares (TUI, `samchat ask`, later the server); no textual.
 
-`record`: what is stored for a reply, built from the engine's events the same way everywhere;
-`backend`: the store, model loading, decoding and import as a chat front end uses them;
-`config`: config.toml; `live_stats`: running figures of a streaming reply.
+`service`: the turns of a chat over the store; `record`: what is stored for a reply, built from
+the engine's events the same way everywhere; `opening`: the model a front end asks for;
+`generator`: what replies come from; `documents`: the static index's indexer, a question's
+sources, importing files; `config`: config.toml; `live_stats`: running figures of a streaming
+reply.
 """

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from samchat.chat.backend import ChatData
 from samchat.errors import SamchatError
 from samchat.messages import Message
 from samchat.store.titles import chat_title
@@ -20,9 +19,11 @@ from samchat.store.titles import chat_title
 if TYPE_CHECKING:
     import threading
 
-    from samchat.chat.backend import Replies
+    from samchat.chat.generator import Replies
+    from samchat.chat.record import StoredStats
     from samchat.decoding.events import Event
     from samchat.decoding.params import SamplingParams
+    from samchat.store import Store
 
 
 @dataclass
@@ -43,26 +44,26 @@ class ReplyRecord:
 
     text: str
     finish_reason: str
-    stats: dict[str, Any]
+    stats: StoredStats
     notice: str = ""
 
 
 class ChatService:
-    """Turns of a chat over a `ChatData`. With `save=False` nothing is written (questions and
+    """Turns of a chat over the `Store`. With `save=False` nothing is written (questions and
     replies get no ids), but an existing chat is still read for its history."""
 
-    def __init__(self, data: ChatData, *, save: bool = True) -> None:
-        self.data = data
+    def __init__(self, store: Store, *, save: bool = True) -> None:
+        self.store = store
         self.save = save
 
     def latest_leaf(self, chat_id: int) -> int | None:
         """The end of the chat's newest branch (None for an empty chat)."""
-        thread = self.data.thread(chat_id)
+        thread = self.store.thread(chat_id)
         return thread[-1].id if thread else None
 
     def most_recent_chat(self) -> int | None:
         """The chat active most recently (None when there is none yet)."""
-        chats = self.data.store.chats(limit=1)
+        chats = self.store.chats(limit=1)
         return chats[0].id if chats else None
 
     def history(
@@ -72,11 +73,11 @@ class ChatService:
         the chat's) and the branch up to `parent_id`. A missing chat is a SamchatError."""
         if chat_id is None:
             return [{"role": "system", "content": system}] if system else []
-        chat = self.data.chat(chat_id)
+        chat = self.store.chat(chat_id)
         prompt = system if system is not None else chat.system_prompt
         out: list[Message] = [{"role": "system", "content": prompt}] if prompt else []
         if parent_id is not None:
-            out += [m for m in self.data.conversation(chat_id, parent_id) if m["role"] != "system"]
+            out += [m for m in self.store.conversation(chat_id, parent_id) if m["role"] != "system"]
         return out
 
     def send(
@@ -99,14 +100,14 @@ class ChatService:
         reply = PendingReply(chat_id, None, messages, model, list(sources or []))
         if not self.save:
             return reply
-        store = self.data.store
+        store = self.store
         with store.transaction():
             if chat_id is None:
                 chat_id = store.create_chat(title or chat_title(question), model, system)
-            elif system is not None and system != self.data.chat(chat_id).system_prompt:
+            elif system is not None and system != store.chat(chat_id).system_prompt:
                 store.set_system_prompt(chat_id, system or None)
             reply.chat_id = chat_id
-            reply.parent_id = self.data.add_user(chat_id, content, parent_id)
+            reply.parent_id = store.add_message(chat_id, "user", content, parent_id)
         return reply
 
     def regenerate(
@@ -121,32 +122,35 @@ class ChatService:
         return PendingReply(
             chat_id,
             question_id,
-            self.data.conversation(chat_id, question_id),
+            self.store.conversation(chat_id, question_id),
             model,
             list(sources or []),
         )
 
     def edit(self, message_id: int, text: str, *, model: str) -> PendingReply:
         """`text` saved as a sibling of the question `message_id` (a new branch), to be answered."""
-        original = self.data.message(message_id)
-        new_id = self.data.add_user(original.chat_id, text, original.parent_id)
+        original = self.store.message(message_id)
+        new_id = self.store.add_message(original.chat_id, "user", text, original.parent_id)
         return self.regenerate(original.chat_id, new_id, model=model)
 
     def switch_branch(self, message_id: int, step: int) -> int | None:
         """The alternative `step` places away from `message_id` (wrapping); None if it has none."""
-        return self.data.sibling(message_id, step)
+        return self.store.sibling(message_id, step)
 
     def finish(self, reply: PendingReply, record: ReplyRecord) -> int | None:
         """Save the finished reply under its question; its message id (None when not saved)."""
         if not self.save or reply.chat_id is None or reply.parent_id is None:
             return None
-        return self.data.add_reply(
+        from samchat.chat.record import save_reply
+
+        return save_reply(
+            self.store,
             reply.chat_id,
-            record.text,
             reply.parent_id,
-            reply.model,
-            record.stats,
-            record.finish_reason,
+            record.text,
+            model=reply.model,
+            stats=record.stats,
+            finish_reason=record.finish_reason,
         )
 
 

@@ -33,9 +33,15 @@ from samchat.errors import SamchatError
 from samchat.remote import REMOTE
 
 if TYPE_CHECKING:
+    from samchat.chat.generator import Replies
+    from samchat.chat.service import PendingReply, ReplyRecord
+    from samchat.corpus.indexing import IndexManager
+    from samchat.corpus.retrieval import Source
     from samchat.corpus.rule import RetrievalRule
-    from samchat.models.loader import ModelSpec
+    from samchat.models.loader import LoadedModel, ModelSpec
+    from samchat.remote.client import RemoteModel
     from samchat.remote.endpoint import Endpoint
+    from samchat.store import Store
 
 # The decoding and sampling options, in this order: (dataclass, knob name). Their help, defaults,
 # choices and allowed ranges are the knobs' (samchat/decoding/params.py).
@@ -154,17 +160,17 @@ def _piped_stdin() -> str | None:
 
 
 def _sources(
-    args: argparse.Namespace, question: str, store: Any, rule: RetrievalRule
-) -> tuple[list[Any], list[Any]]:
+    args: argparse.Namespace, question: str, store: Store, rule: RetrievalRule
+) -> tuple[list[Source], list[Source]]:
     """(piped text and attached files, retrieved passages); every one is read (and every bad
     one refused) before the model loads or anything is saved."""
     from samchat.corpus.retrieval import read_attachment, retrieve, text_source
 
-    given = []
+    given: list[Source] = []
     if args.prompt != "-" and (piped := _piped_stdin()) is not None:
         given.append(text_source(piped))
     given += [read_attachment(path) for path in args.file]
-    found = []
+    found: list[Source] = []
     if args.docs:
         found = retrieve(store, question, rule)
         if not found:
@@ -178,7 +184,8 @@ def _note(text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from samchat import paths
-    from samchat.chat.backend import ChatData, FixedIndex, make_generator, open_model
+    from samchat.chat.generator import FixedIndex, make_generator
+    from samchat.chat.opening import open_model
     from samchat.chat.service import ChatService
     from samchat.corpus.retrieval import within
     from samchat.models.catalog import recent_file
@@ -188,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
     question = _read_prompt(args.prompt)
     settings = _settings(args)  # a bad config.toml fails here, before anything else
     with Store.open(store_path(args)) as store:
-        service = ChatService(ChatData(store), save=not args.no_save)
+        service = ChatService(store, save=not args.no_save)
         # The chat so far (a missing --chat, or -c with no chat yet, fails here), then the
         # sources: all before the model loads.
         chat_id = args.chat
@@ -248,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _time_machine(generator: Any) -> None:
+def _time_machine(generator: Replies) -> None:
     """After the first answer with a model, time this machine once so that later replies
     draft; the answer is already out and saved, so Ctrl-C only skips it."""
     _note("timing drafts on this CPU once, so that later replies draft (Ctrl-C skips)")
@@ -284,7 +291,9 @@ class _Reading:
             self.open = False
 
 
-def _stream(args: argparse.Namespace, generator: Any, reply: Any, sampling: SamplingParams) -> Any:
+def _stream(
+    args: argparse.Namespace, generator: Replies, reply: PendingReply, sampling: SamplingParams
+) -> ReplyRecord | None:
     """The reply streamed to stdout (unless --json); its ReplyRecord, None if interrupted."""
     from samchat.chat.service import ReplyRecord, stream_reply
     from samchat.decoding import PrefillProgress, TextDelta
@@ -311,18 +320,16 @@ def _stream(args: argparse.Namespace, generator: Any, reply: Any, sampling: Samp
     return None
 
 
-def _answer(reply: Any, reply_id: int | None, record: Any) -> dict[str, Any]:
-    """--json's object: ids (null when not saved), the reply and its record."""
-    from samchat.chat.record import provenance_summary
-
+def _answer(reply: PendingReply, reply_id: int | None, record: ReplyRecord) -> dict[str, Any]:
+    """--json's object: ids (null when not saved), the reply and its record (as stored)."""
     return {
         "chat_id": reply.chat_id,
         "question_id": reply.parent_id,
         "reply_id": reply_id,
         "text": record.text,
         "finish_reason": record.finish_reason,
-        "stats": record.stats,
-        "provenance": provenance_summary(record.stats),
+        "stats": record.stats.to_dict(),
+        "provenance": record.stats.provenance_summary(),
         "sources": reply.sources,
     }
 
@@ -359,7 +366,7 @@ def _settings(args: argparse.Namespace) -> _Settings:
     )
 
 
-def _open_index(store: Any, lm: Any) -> Any:
+def _open_index(store: Store, lm: LoadedModel | RemoteModel) -> IndexManager | None:
     """The static index of this model's tokenizer, synced with the store; None if unusable."""
     from samchat.corpus.indexing import IndexManager, tokenizer_codec
 
@@ -373,18 +380,18 @@ def _open_index(store: Any, lm: Any) -> Any:
     return manager
 
 
-def _print_stats(record: Any) -> None:
-    s = record.stats
-    if s.get("method") == REMOTE:  # the server decodes: no drafts, MAT or speedup here
+def _print_stats(record: ReplyRecord) -> None:
+    s = record.stats.reply
+    if s.method == REMOTE:  # the server decodes: no drafts, MAT or speedup here
         print(
-            f"[{s['tokens']} tokens in {s['seconds']:.2f}s, {s['tokens_per_s']:.1f} tok/s, "
-            f"first token after {s['ttft_s']:.2f}s, remote, {record.finish_reason}]",
+            f"[{s.tokens} tokens in {s.seconds:.2f}s, {s.tokens_per_s:.1f} tok/s, "
+            f"first token after {s.ttft_s:.2f}s, remote, {record.finish_reason}]",
             file=sys.stderr,
         )
         return
-    by = ", ".join(f"{k} {v}" for k, v in sorted(s["accepted_by_drafter"].items()))
+    by = ", ".join(f"{k} {v}" for k, v in sorted(s.accepted_by_drafter.items()))
     print(
-        f"[{s['tokens']} tokens in {s['seconds']:.2f}s, {s['tokens_per_s']:.1f} tok/s, "
-        f"MAT {s['mat']:.2f}, ~{s['speedup_est']:.2f}x vs plain, {record.finish_reason}; {by}]",
+        f"[{s.tokens} tokens in {s.seconds:.2f}s, {s.tokens_per_s:.1f} tok/s, "
+        f"MAT {s.mat:.2f}, ~{s.speedup_est:.2f}x vs plain, {record.finish_reason}; {by}]",
         file=sys.stderr,
     )

@@ -21,6 +21,7 @@ from samchat.errors import IndexCorruptError, SamchatError
 from samchat.store import Store
 
 if TYPE_CHECKING:
+    from samchat.sam import MultiCursor
     from samchat.sam.index import StaticIndex
 
 Encode = Callable[[str], list[int]]
@@ -241,7 +242,7 @@ class FlushedView:
     def __init__(self, index: StaticIndex) -> None:
         self.index = index
 
-    def cursor(self) -> Any:
+    def cursor(self) -> MultiCursor:
         return self.index.cursor(tail=False)
 
 

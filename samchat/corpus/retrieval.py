@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from samchat.corpus.passages import estimate_tokens
 from samchat.corpus.readers import Skip, read_file
@@ -20,6 +20,9 @@ from samchat.corpus.rule import RetrievalRule
 from samchat.errors import SamchatError
 from samchat.messages import Message
 from samchat.store import Store
+
+if TYPE_CHECKING:
+    from samchat.decoding.session import ChatSession
 
 ATTACH_MAX_BYTES = 2 * 1024 * 1024  # an attached file's size limit
 MIN_CUT_TOKENS = 24  # a source cut shorter than this is left out instead
@@ -276,7 +279,7 @@ def fit(
 
 
 def fit_to_session(
-    session: Any,
+    session: ChatSession,
     history: list[Message],
     question: str,
     sources: Sequence[Source],

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from samchat.decoding.drafter import Drafter
+from samchat.decoding.protocols import DraftIndex
 from samchat.decoding.tree import DraftTree
 from samchat.sam import MatchCursor, SuffixAutomaton
 
@@ -77,7 +78,7 @@ class StaticSamDrafter(Drafter):
 
     name = "static"
 
-    def __init__(self, index: Any, context: int = 256, tree_topk: int = 0) -> None:
+    def __init__(self, index: DraftIndex, context: int = 256, tree_topk: int = 0) -> None:
         self._index = index
         self._context = context
         self._topk = tree_topk

@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -18,6 +17,7 @@ from samchat.decoding.drafter import Drafter
 from samchat.decoding.events import Event, PrefillProgress, StepStats
 from samchat.decoding.params import DecodingConfig, SamplingParams
 from samchat.decoding.policy import PLAIN, REPLY_FADE, AcceptanceModel, Decision, Selector
+from samchat.decoding.protocols import DraftIndex, SessionModel
 from samchat.decoding.reply import Reply
 from samchat.decoding.sampling import Sampler
 from samchat.decoding.tree import DraftTree
@@ -49,9 +49,9 @@ class ChatSession:
 
     def __init__(
         self,
-        lm: Any,
+        lm: SessionModel,
         config: DecodingConfig | None = None,
-        static_index: Any = None,
+        static_index: DraftIndex | None = None,
         cost_curve: CostCurve | None = None,
         cache_dir: Path | None = None,
         measure_first: bool = True,
@@ -92,16 +92,16 @@ class ChatSession:
     # -- public knobs -------------------------------------------------------------------------
 
     @property
-    def static_index(self) -> Any:
+    def static_index(self) -> DraftIndex | None:
         return self._static_index
 
     @static_index.setter
-    def static_index(self, index: Any) -> None:
+    def static_index(self, index: DraftIndex | None) -> None:
         """The static index may be opened after the model; set (or clear) it any time."""
         self._static_index = index
         self._static = None
 
-    def set_static_index(self, index: Any) -> None:
+    def set_static_index(self, index: DraftIndex | None) -> None:
         self.static_index = index
 
     @property
@@ -574,7 +574,7 @@ def _make_dynamic() -> Drafter | None:
     return DynamicSamDrafter()
 
 
-def _make_static(index: Any, config: DecodingConfig) -> Drafter | None:
+def _make_static(index: DraftIndex, config: DecodingConfig) -> Drafter | None:
     try:
         from samchat.decoding.sam_drafters import StaticSamDrafter
     except ImportError as exc:
@@ -583,7 +583,7 @@ def _make_static(index: Any, config: DecodingConfig) -> Drafter | None:
     return StaticSamDrafter(index, context=config.static_context, tree_topk=config.static_tree_topk)
 
 
-def _make_recycling(lm: Any, cache_dir: Path | None) -> Drafter | None:
+def _make_recycling(lm: SessionModel, cache_dir: Path | None) -> Drafter | None:
     from samchat.decoding.recycling import TokenRecyclingDrafter
 
     return TokenRecyclingDrafter.for_model(lm, cache_dir)

@@ -11,11 +11,12 @@ import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from samchat.messages import Message
 
 if TYPE_CHECKING:
+    from samchat.chat.record import StoredStats
     from samchat.decoding.events import ReplyDone
     from samchat.store import Store
 
@@ -44,7 +45,7 @@ class History:
             self._store = Store.open(self.db_path)
         return self._store
 
-    def save(self, messages: list[Message], done: ReplyDone, stats: dict[str, Any]) -> int:
+    def save(self, messages: list[Message], done: ReplyDone, stats: StoredStats | None) -> int:
         from samchat.chat.record import save_reply
         from samchat.store.titles import chat_title
 

@@ -100,6 +100,10 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+def _nothing() -> None:
+    pass
+
+
 def serve(
     lm: LoadedModel,
     sock: socket.socket,
@@ -109,7 +113,8 @@ def serve(
 ) -> None:
     """Serve `lm` on `sock` until SIGINT/SIGTERM; what is measured on this machine (costs,
     Token Recycling's table) is kept under cache_dir."""
-    from samchat.chat.backend import Generator, start_indexer
+    from samchat.chat.documents import start_indexer
+    from samchat.chat.generator import Generator
 
     def index_failed(exc: Exception) -> None:  # the indexer's thread; replies draft without it
         print(f"[static index unavailable: {exc}]", file=sys.stderr, flush=True)
@@ -119,7 +124,8 @@ def serve(
     try:
         generator = Generator(lm, options.decoding, indexer, cache_dir=cache_dir)
         generator.prepare()  # the cost curve now, not in the first reply
-        history = History(db_path, lm.name, indexer.poke) if options.save else None
+        poke = indexer.poke if indexer is not None else _nothing  # None: a model without tokenizer
+        history = History(db_path, lm.name, poke) if options.save else None
         worker = EngineWorker(lambda m, p, c: generator.session().generate(m, p, c), history)
         worker.start()
         app = ServeApp(worker, lm.name, lm.context_limit, options.api_key).starlette()
@@ -131,5 +137,6 @@ def serve(
     finally:
         if worker is not None:
             worker.stop()
-        indexer.stop(timeout=5)
+        if indexer is not None:
+            indexer.stop(timeout=5)
         sock.close()

@@ -16,14 +16,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from samchat.errors import SamchatError
 from samchat.messages import Message
 from samchat.serve.protocol import ApiError
 
 if TYPE_CHECKING:
-    from samchat.chat.record import ReplyRecorder
+    from samchat.chat.record import ReplyRecorder, StoredStats
     from samchat.decoding.events import Event, ReplyDone, TextDelta
     from samchat.decoding.params import SamplingParams
 
@@ -39,7 +39,7 @@ Generate = Callable[[list[Message], "SamplingParams", threading.Event], Iterator
 class Saver(Protocol):
     """Where finished replies go (--save); used from the engine thread only."""
 
-    def save(self, messages: list[Message], done: ReplyDone, stats: dict[str, Any]) -> int: ...
+    def save(self, messages: list[Message], done: ReplyDone, stats: StoredStats | None) -> int: ...
 
     def close(self) -> None: ...
 

@@ -131,7 +131,10 @@ class Store:
     def open(cls, path: Path) -> Store:
         """Open (creating if needed) the database at `path` (the front end resolves it: the
         data directory's DB_NAME) and bring its schema up to date."""
-        conn = connect(path)
+        try:
+            conn = connect(path)
+        except sqlite3.Error as exc:  # connect translates what it knows; be safe on every path
+            raise StoreError(f"cannot open the database: {exc}") from exc
         try:
             migrate(conn)
         except sqlite3.Error as exc:
@@ -315,6 +318,29 @@ class Store:
         )
         return [_message(r) for r in rows]
 
+    def sibling(self, message_id: int, step: int) -> int | None:
+        """The id of the alternative `step` places away (wrapping), or None if there is none."""
+        sibs = [s.id for s in self.siblings(message_id)]
+        if len(sibs) < 2:
+            return None
+        return sibs[(sibs.index(message_id) + step) % len(sibs)]
+
+    def branches(self, rows: list[MessageRow]) -> dict[int, tuple[int, int]]:
+        """(index, count) among siblings for each message of `rows` (one chat's) that has
+        alternatives. One query for the whole chat: a sibling lookup per message made long chats
+        slow."""
+        if not rows:
+            return {}
+        by_parent: dict[int | None, list[int]] = {}
+        for message in self.messages(rows[0].chat_id):  # oldest first, as siblings()
+            by_parent.setdefault(message.parent_id, []).append(message.id)
+        out: dict[int, tuple[int, int]] = {}
+        for row in rows:
+            ids = by_parent.get(row.parent_id, [row.id])
+            if len(ids) > 1 and row.id in ids:
+                out[row.id] = (ids.index(row.id) + 1, len(ids))
+        return out
+
     @_guard
     def thread(self, chat_id: int, leaf_id: int | None = None) -> list[MessageRow]:
         """The branch root..leaf. Without `leaf_id`, the branch of the newest message. If
@@ -351,12 +377,17 @@ class Store:
             path.append(_message(row))
 
     def conversation(self, chat_id: int, leaf_id: int | None = None) -> list[Message]:
-        """The branch as model messages, led by the chat's system prompt if it has one."""
+        """The branch as model messages, led by the chat's system prompt if it has one: from
+        the root down to `leaf_id` and no further (what a reply to it follows, even when it has
+        replies already); without `leaf_id`, the newest branch."""
         chat = self.chat(chat_id)
         out: list[Message] = []
         if chat.system_prompt:
             out.append({"role": "system", "content": chat.system_prompt})
-        out.extend({"role": m.role, "content": m.content} for m in self.thread(chat_id, leaf_id))
+        for row in self.thread(chat_id, leaf_id):
+            out.append({"role": row.role, "content": row.content})
+            if row.id == leaf_id:
+                break
         return out
 
     # -- documents -----------------------------------------------------------------------------

@@ -17,8 +17,10 @@ from textual.screen import Screen
 from textual.theme import Theme
 from textual.worker import get_current_worker
 
-from samchat.chat import backend
 from samchat.chat.config import Config, ConfigError, load_config, save_config
+from samchat.chat.documents import start_indexer
+from samchat.chat.generator import make_generator
+from samchat.chat.opening import open_model
 from samchat.chat.service import ChatService
 from samchat.errors import SamchatError
 from samchat.models.default import DEFAULT_MODEL_NAME
@@ -40,8 +42,10 @@ from samchat.tui.worker_messages import (
 )
 
 if TYPE_CHECKING:
-    from samchat.chat.backend import Model, Replies
+    from samchat.chat.generator import Replies
+    from samchat.chat.opening import Model
     from samchat.decoding.params import DecodingConfig, SamplingParams
+    from samchat.store import Store
 
 
 class SamchatApp(App[None]):
@@ -78,7 +82,7 @@ class SamchatApp(App[None]):
         self.theme_dirs = theme_dirs
         self.cost_curve = cost_curve  # a known verification-cost curve (else measured once)
         self.cache_dir = cache_dir  # measured costs and Token Recycling's table (None: not kept)
-        self.data: backend.ChatData | None = None
+        self.data: Store | None = None
         self.service: ChatService | None = None  # the turns of a chat, over `data`
         self.data_state = DataState.NONE
         self.lm: Model | None = lm
@@ -145,7 +149,7 @@ class SamchatApp(App[None]):
     def error(self, exc: BaseException | str, title: str = "Error") -> None:
         self.notify(str(exc), severity="error", title=title, timeout=10)
 
-    def need_data(self) -> backend.ChatData | None:
+    def need_data(self) -> Store | None:
         if self.data is None:
             self.error("the database is not open; restart samchat after fixing it")
         return self.data
@@ -177,7 +181,7 @@ class SamchatApp(App[None]):
             indexer = self.indexer or self._make_indexer(self.lm)
             self._adopt_model(
                 self.lm,
-                backend.make_generator(
+                make_generator(
                     self.lm,
                     self.cfg.decoding,
                     indexer,
@@ -197,8 +201,10 @@ class SamchatApp(App[None]):
         return recent_file((self.db_path or _default_db()).parent)
 
     def open_data(self) -> None:
+        from samchat.store import Store
+
         try:
-            self.data = backend.ChatData.open(self.db_path or _default_db())
+            self.data = Store.open(self.db_path or _default_db())
             self.service = ChatService(self.data)
             self.data_state = DataState.READY
         except SamchatError as exc:
@@ -233,7 +239,7 @@ class SamchatApp(App[None]):
             self.post_message(ModelProgress(text))
 
         try:
-            lm = backend.open_model(
+            lm = open_model(
                 spec,
                 progress,
                 self.cfg.endpoints,
@@ -249,7 +255,7 @@ class SamchatApp(App[None]):
         indexer = self._make_indexer(lm)
         # The first reply does not wait for this machine's costs: it decodes plainly, and the
         # chat screen times the machine once it is done.
-        generator = backend.make_generator(
+        generator = make_generator(
             lm, decoding, indexer, self.cost_curve, self.cache_dir, measure_first=False
         )
         warning = ""
@@ -302,7 +308,7 @@ class SamchatApp(App[None]):
             self.post_message(IndexProgress(done, total))
 
         try:
-            return backend.start_indexer(lm, self.data.path, failed, progress)
+            return start_indexer(lm, self.data.path, failed, progress)
         except Exception as exc:  # decoding still works without the static index
             self.post_message(Notice(f"static index unavailable: {exc}", "Index"))
             return None
@@ -358,7 +364,7 @@ class SamchatApp(App[None]):
             self.save_settings()
             if changed and self.lm is not None:
                 # A new session: the next reply (in its worker) builds it with the new knobs.
-                self.generator = backend.make_generator(
+                self.generator = make_generator(
                     self.lm,
                     decoding,
                     self.indexer,

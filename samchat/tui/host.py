@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from samchat.chat.backend import ChatData, Model, Replies
     from samchat.chat.config import Config
+    from samchat.chat.generator import Replies
+    from samchat.chat.opening import Model
     from samchat.chat.service import ChatService
+    from samchat.store import Store
     from samchat.tui.states import ModelState
 
 
@@ -20,7 +22,7 @@ class ChatHost(Protocol):
     def cfg(self) -> Config: ...  # sampling, decoding method, the documents' rule
 
     @property
-    def data(self) -> ChatData | None: ...  # None: the database did not open
+    def data(self) -> Store | None: ...  # None: the database did not open
 
     @property
     def service(self) -> ChatService | None: ...  # the turns of a chat, over `data`

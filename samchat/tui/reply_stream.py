@@ -24,7 +24,7 @@ from samchat.tui.worker_messages import (
 if TYPE_CHECKING:
     from textual.message import Message
 
-    from samchat.chat.backend import Replies
+    from samchat.chat.generator import Replies
     from samchat.decoding.params import SamplingParams
 
 Post = Callable[["Message"], object]

@@ -14,7 +14,8 @@ from samchat.chat.live_stats import LiveStats
 from samchat.tui.widgets.message_view import MessageView
 
 if TYPE_CHECKING:
-    from samchat.chat.backend import Model, Replies
+    from samchat.chat.generator import Replies
+    from samchat.chat.opening import Model
     from samchat.chat.service import PendingReply, ReplyRecord
     from samchat.corpus.retrieval import Fitted
     from samchat.models.loader import ModelSpec

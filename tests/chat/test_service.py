@@ -9,21 +9,22 @@ from typing import Any
 
 import pytest
 
-from samchat.chat.backend import ChatData, Generator
+from samchat.chat.generator import Generator
 from samchat.chat.service import ChatService, PendingReply, ReplyRecord, stream_reply
 from samchat.decoding.events import ReplyDone, TextDelta
 from samchat.decoding.params import DecodingConfig, SamplingParams
 from samchat.errors import SamchatError
 from samchat.store import Store
+from tests.fakes import stored_stats
 
 SAMPLING = SamplingParams(max_new_tokens=6, temperature=0.0)
 
 
 @pytest.fixture
 def service(tmp_path: Path) -> Any:
-    data = ChatData(Store.open(tmp_path / "samchat.db"))
-    yield ChatService(data)
-    data.store.close()
+    store = Store.open(tmp_path / "samchat.db")
+    yield ChatService(store)
+    store.close()
 
 
 @pytest.fixture
@@ -52,7 +53,7 @@ def answer(service: ChatService, generator: Generator, reply: PendingReply) -> t
 def test_send_regenerate_edit_and_switch_branches(
     service: ChatService, generator: Generator, default_lm: Any
 ) -> None:
-    store = service.data.store
+    store = service.store
     first = service.send("Name a colour.", chat_id=None, parent_id=None, model=default_lm.name,
                          system="Be brief.")  # fmt: skip
     assert first.chat_id is not None and first.parent_id is not None
@@ -105,10 +106,10 @@ def test_send_regenerate_edit_and_switch_branches(
 
 
 def test_saving_off_writes_nothing_but_reads_the_chat(service: ChatService) -> None:
-    store = service.data.store
+    store = service.store
     chat_id = store.create_chat("Kept", "m", "Sys")
     question = store.add_message(chat_id, "user", "Hi", None)
-    reader = ChatService(service.data, save=False)
+    reader = ChatService(service.store, save=False)
     assert reader.most_recent_chat() == chat_id
     reply = reader.send("Next", chat_id=chat_id, parent_id=question, model="m", system="New")
     assert (reply.chat_id, reply.parent_id) == (chat_id, None)
@@ -117,7 +118,7 @@ def test_saving_off_writes_nothing_but_reads_the_chat(service: ChatService) -> N
         {"role": "user", "content": "Hi"},
         {"role": "user", "content": "Next"},
     ]
-    assert reader.finish(reply, ReplyRecord("x", "eos", {})) is None
+    assert reader.finish(reply, ReplyRecord("x", "eos", stored_stats(finish_reason="eos"))) is None
     fresh = reader.send("Alone", chat_id=None, parent_id=None, model="m")
     assert (fresh.chat_id, fresh.parent_id) == (None, None)
     assert store.counts()["messages"] == 1 and store.chat(chat_id).system_prompt == "Sys"
@@ -127,7 +128,7 @@ def test_a_missing_chat_is_a_one_line_error(service: ChatService) -> None:
     assert service.most_recent_chat() is None
     with pytest.raises(SamchatError, match="there is no chat 5"):
         service.send("Hi", chat_id=5, parent_id=None, model="m")
-    assert service.data.store.counts()["chats"] == 0
+    assert service.store.counts()["chats"] == 0
 
 
 def test_a_new_chat_is_named_by_its_question_on_one_line(service: ChatService) -> None:
@@ -138,7 +139,7 @@ def test_a_new_chat_is_named_by_its_question_on_one_line(service: ChatService) -
     short = service.send("What is\n a  suffix automaton?", chat_id=None, parent_id=None, model="m")
     question = "why " * 40
     long = service.send(question, chat_id=None, parent_id=None, model="m")
-    store = service.data.store
+    store = service.store
     assert store.chat(short.chat_id or 0).title == "What is a suffix automaton?"
     title = store.chat(long.chat_id or 0).title
     assert title == chat_title(question) and len(title) == TITLE_CHARS and title.endswith("…")

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from samchat.chat.backend import ChatData
 from samchat.chat.service import ChatService, ReplyRecord
 from samchat.corpus.importer import import_paths
 from samchat.corpus.indexing import BackgroundIndexer, IndexManager, drop_from_indexes
 from samchat.sam.index import StaticIndex
 from samchat.store import Store
+from tests.fakes import stored_stats
 
 SEP = 0
 
@@ -43,9 +43,11 @@ def manager(store: Store, root: Path, fingerprint: str = "fp-bytes") -> IndexMan
 def test_sync_follows_documents_turns_and_deletes(store: Store, tmp_path: Path) -> None:
     (tmp_path / "doc.txt").write_text("the quick brown fox jumps over the lazy dog")
     import_paths(store, [tmp_path / "doc.txt"])
-    service = ChatService(ChatData(store))
+    service = ChatService(store)
     reply = service.send("tell me about zebra crossings", chat_id=None, parent_id=None, model="m")
-    service.finish(reply, ReplyRecord("zebra crossings have white stripes", "stop", {"tokens": 6}))
+    service.finish(
+        reply, ReplyRecord("zebra crossings have white stripes", "stop", stored_stats(6))
+    )
     m = manager(store, tmp_path / "index")
     result = m.open()
     assert (result.added, result.removed) == (3, 0)
@@ -113,9 +115,9 @@ def test_background_indexer(tmp_path: Path) -> None:
     assert bg.ready.wait(30) and bg.wait_idle(30)
     assert bg.index is not None and bg.index.document_ids() == {"doc:1"}
     with Store.open(path) as store:  # the UI thread has its own connection
-        service = ChatService(ChatData(store))
+        service = ChatService(store)
         reply = service.send("hello there", chat_id=None, parent_id=None, model="m")
-        service.finish(reply, ReplyRecord("general kenobi", "stop", {}))
+        service.finish(reply, ReplyRecord("general kenobi", "stop", stored_stats()))
     bg.poke()
     assert bg.wait_idle(30)
     with bg.lock:

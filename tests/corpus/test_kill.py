@@ -46,9 +46,11 @@ manager.flush()
 REPLIER = (
     PRELUDE
     + """
-from samchat.chat.backend import ChatData
+from samchat.chat.record import StoredStats
 from samchat.chat.service import ChatService, ReplyRecord
-service = ChatService(ChatData(store))
+from samchat.decoding.events import ReplyStats
+service = ChatService(store)
+figures = ReplyStats(tokens=20, seconds=0.02, tokens_per_s=1000.0, steps=20, mat=1.0)
 i = 0
 while True:  # the store and index writes of `samchat ask`, with a fake streaming delay
     question = f"question {i} about topic {i % 5}"
@@ -57,7 +59,7 @@ while True:  # the store and index writes of `samchat ask`, with a fake streamin
     for w in range(20):
         reply += f" word{w}"
         time.sleep(0.001)
-    record = ReplyRecord(f"answer {i}:" + reply, "stop", {"tokens": 20, "seconds": 0.02})
+    record = ReplyRecord(f"answer {i}:" + reply, "stop", StoredStats(figures, "stop"))
     service.finish(pending, record)
     manager.sync()
     i += 1

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from samchat.chat.backend import ChatData
 from samchat.chat.service import ChatService, ReplyRecord, stream_reply
 from samchat.cli import main
 from samchat.decoding.events import ReplyDone, TextDelta
@@ -164,7 +163,7 @@ def test_ctrl_c_in_ask_stops_a_stalled_reply(tmp_path: Path) -> None:
 def test_cancel_mid_reply_keeps_the_partial_reply(samchat_server: Server, key: str) -> None:
     lm = connect(parse_source(f"openai:{samchat_server.base_url}", {}), lambda _: None)
     with Store.open(data_db()) as store:
-        service = ChatService(ChatData(store))
+        service = ChatService(store)
         pending = service.send(COUNT[0]["content"], chat_id=None, parent_id=None, model=lm.name)
         cancel = threading.Event()
         record = None
@@ -174,7 +173,7 @@ def test_cancel_mid_reply_keeps_the_partial_reply(samchat_server: Server, key: s
             if isinstance(event, ReplyRecord):
                 record = event
         assert record is not None and record.finish_reason == "cancelled"
-        assert 0 < record.stats["tokens"] < 400
+        assert 0 < record.stats.reply.tokens < 400
         reply_id = service.finish(pending, record)
         assert reply_id is not None
         stored = store.message(reply_id)
@@ -189,7 +188,7 @@ def test_a_server_killed_mid_stream_leaves_the_partial_reply_kept_and_marked(
     try:
         lm = connect(parse_source(f"openai:{server.base_url}", {}), lambda _: None)
         with Store.open(data_db()) as store:
-            service = ChatService(ChatData(store))
+            service = ChatService(store)
             pending = service.send(COUNT[0]["content"], chat_id=None, parent_id=None, model="m")
             record = None
             for event in stream_reply(RemoteGenerator(lm), pending, LONG, threading.Event()):

@@ -77,11 +77,11 @@ def test_save_continues_a_conversation_it_saved_and_starts_others(tmp_path: Path
     history = History(db, "model", lambda: saved.append(1))
     system = {"role": "system", "content": "Be brief."}
     turn = [system, {"role": "user", "content": "Hi"}]
-    first = history.save(turn, _done("Hello!"), {})
+    first = history.save(turn, _done("Hello!"), None)
     # The client sends the reply back (trimmed) with a new question: the same chat grows.
     turn += [{"role": "assistant", "content": " Hello! "}, {"role": "user", "content": "Bye"}]
-    assert history.save(turn, _done("Bye!"), {}) == first
-    other = history.save([{"role": "user", "content": "Hi"}], _done("Yo"), {})
+    assert history.save(turn, _done("Bye!"), None) == first
+    other = history.save([{"role": "user", "content": "Hi"}], _done("Yo"), None)
     history.close()
     assert other != first and len(saved) == 3
     with Store.open(db) as store:

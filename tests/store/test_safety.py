@@ -19,14 +19,17 @@ WRITER = """
 import sys
 from pathlib import Path
 from samchat.store import Store
-from samchat.chat.backend import ChatData
+from samchat.chat.record import StoredStats
 from samchat.chat.service import ChatService, ReplyRecord
+from samchat.decoding.events import ReplyStats
 path, name, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 with Store.open(path) as store:
     for i in range(n):
-        service = ChatService(ChatData(store))
+        service = ChatService(store)
         reply = service.send(f"{name} question {i}", chat_id=None, parent_id=None, model="m")
-        service.finish(reply, ReplyRecord(f"{name} answer {i}", "stop", {"tokens": i}))
+        figures = ReplyStats(tokens=i, seconds=0.0, tokens_per_s=0.0, steps=i, mat=1.0)
+        record = ReplyRecord(f"{name} answer {i}", "stop", StoredStats(figures, "stop"))
+        service.finish(reply, record)
 """
 
 

@@ -64,6 +64,31 @@ def test_branches_thread_and_siblings(store: Store) -> None:
     ]
 
 
+def test_branch_navigation_and_a_conversation_up_to_its_leaf(store: Store) -> None:
+    """What the chat service and the app move between branches with, and what a reply to a
+    message follows: the branch down to that message, not past it to the replies it has."""
+    chat = store.create_chat("branches", "m", "be brief")
+    q = store.add_message(chat, "user", "question", None)
+    a1 = store.add_message(chat, "assistant", "first answer", q)
+    f1 = store.add_message(chat, "user", "follow-up", a1)
+    a2 = store.add_message(chat, "assistant", "regenerated answer", q)
+    a3 = store.add_message(chat, "assistant", "third answer", q)
+    assert store.conversation(chat, q) == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "question"},
+    ]
+    assert store.conversation(chat) == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "question"},
+        {"role": "assistant", "content": "third answer"},
+    ]
+    assert store.branches(store.thread(chat, a1)) == {a1: (1, 3)}
+    assert store.branches(store.thread(chat, a3)) == {a3: (3, 3)}
+    assert store.branches([]) == {}
+    assert [store.sibling(a1, 1), store.sibling(a1, -1), store.sibling(a3, 1)] == [a2, a3, a1]
+    assert store.sibling(q, 1) is None and store.sibling(f1, -1) is None
+
+
 def test_stats_from_dataclass_and_dict(store: Store) -> None:
     chat = store.create_chat("s")
     q = store.add_message(chat, "user", "q", None)

@@ -292,7 +292,7 @@ async def test_opening_another_chat_while_a_reply_streams(
 ) -> None:
     from tui_helpers import seed_chat
 
-    from samchat.chat.backend import Generator
+    from samchat.chat.generator import Generator
     from samchat.decoding.events import TextDelta
 
     # The reply is held after its first tokens until the other chat is open: however fast

@@ -181,7 +181,7 @@ async def test_locked_database_write_is_a_notice(
     app = make_app()
     async with app.run_test() as pilot:
         assert app.data is not None
-        app.data.store.conn.execute("PRAGMA busy_timeout = 50")
+        app.data.conn.execute("PRAGMA busy_timeout = 50")
         locker = sqlite3.connect(db_path, timeout=0.05)
         locker.execute("BEGIN EXCLUSIVE")
         try:
@@ -472,7 +472,6 @@ async def test_model_options_of_the_command_line_survive_a_model_switch(
     """`samchat --cuda-graphs --dtype float32`: the ModelSpec the app loads carries both, and
     so does the one it loads after another model is picked on the model screen. The command
     line and config.toml make one ModelSpec, as for `ask` and `serve` (cli_options)."""
-    from samchat.chat import backend
     from samchat.cli import build_parser
     from samchat.tui.launch import app_from_args
 
@@ -482,7 +481,7 @@ async def test_model_options_of_the_command_line_survive_a_model_switch(
         loaded.append(spec)
         raise SamchatError("not loading models in this test")
 
-    monkeypatch.setattr(backend, "open_model", open_model)
+    monkeypatch.setattr("samchat.tui.app.open_model", open_model)
     # config.toml names a model, device and engine: the command line's device wins, even when
     # it is "auto"; its model and engine fill what the command line leaves out.
     config_file = Path(os.environ["SAMCHAT_CONFIG_DIR"]) / "config.toml"

@@ -15,7 +15,7 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Static
 
-from samchat.chat import backend
+from samchat.chat.documents import gather_sources
 from samchat.chat.service import ChatService, PendingReply
 from samchat.errors import SamchatError
 from samchat.messages import Message
@@ -31,7 +31,8 @@ from samchat.tui.widgets.sidebar import Sidebar
 from samchat.tui.worker_messages import SourcesFailed, SourcesReady
 
 if TYPE_CHECKING:
-    from samchat.chat.backend import ChatData, Replies
+    from samchat.chat.generator import Replies
+    from samchat.store import Store
     from samchat.tui.host import ChatHost
 
 
@@ -87,7 +88,7 @@ class ChatScreen(Screen[None]):
             self.host.error("the database is not open; restart samchat after fixing it")
         return service
 
-    def need_data(self) -> ChatData | None:
+    def need_data(self) -> Store | None:
         data = self.host.data
         if data is None:
             self.host.error("the database is not open; restart samchat after fixing it")
@@ -207,8 +208,8 @@ class ChatScreen(Screen[None]):
         service: ChatService,
     ) -> None:
         try:
-            sources = backend.gather_sources(
-                service.data.path,
+            sources = gather_sources(
+                service.store.path,
                 question,
                 retrieval=retrieval,
                 files=files,
@@ -263,8 +264,8 @@ class ChatScreen(Screen[None]):
             if self.chat_id is None:
                 self.chat_id = reply.chat_id
                 self.chat_documents[self.chat_id] = self.chat_documents.pop(None, ChatDocuments())
-                self.app.sub_title = service.data.chat(self.chat_id).title
-            row = service.data.message(reply.parent_id)
+                self.app.sub_title = service.store.chat(self.chat_id).title
+            row = service.store.message(reply.parent_id)
         except SamchatError as exc:
             self.host.error(exc, "Database")
             return
@@ -295,7 +296,7 @@ class ChatScreen(Screen[None]):
                 else:
                     self.host.poke_indexer()  # the turn joins the static index for later replies
                     if message_id is not None and self.chat_id == job.chat_id:
-                        row = service.data.message(message_id)
+                        row = service.store.message(message_id)
         finally:
             shown = await self.conversation.settle(job, record, message_id, row)
         if shown:
@@ -327,7 +328,7 @@ class ChatScreen(Screen[None]):
     def action_search(self) -> None:
         self.query_one("#search", Input).focus()
 
-    def _open_chat_data(self) -> tuple[int, ChatData] | None:
+    def _open_chat_data(self) -> tuple[int, Store] | None:
         if self.chat_id is None or (data := self.need_data()) is None:
             self.notify("open a chat first", severity="warning")
             return None
@@ -395,7 +396,7 @@ class ChatScreen(Screen[None]):
             user_id = users[-1].id
         ids = [r.id for r in rows]
         upto = rows[: ids.index(user_id) + 1] if user_id in ids else rows
-        await self.chat_view.show_thread(upto, service.data.branches(upto))
+        await self.chat_view.show_thread(upto, service.store.branches(upto))
         # The question keeps the sources it was sent with: the new reply names them too.
         answered = view is not None and view.parent_id == user_id
         sources = view.stats.get("sources") if view is not None and answered else None
@@ -429,7 +430,7 @@ class ChatScreen(Screen[None]):
             await self.conversation.start_reply(reply, self.host.model_name)
             self.update_status()
 
-        original = service.data.message(view.message_id)
+        original = service.store.message(view.message_id)
         dialogs.edit_message(
             self.app,
             service,

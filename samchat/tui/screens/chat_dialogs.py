@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from samchat.chat import backend
+from samchat.chat.documents import import_documents as import_into
 from samchat.errors import SamchatError
 from samchat.tui.screens.dialogs import ConfirmScreen, EditorScreen, InputScreen
 from samchat.tui.screens.documents import ChatDocuments, DocumentsScreen
@@ -16,15 +16,14 @@ from samchat.tui.screens.import_documents import ImportScreen
 if TYPE_CHECKING:
     from textual.app import App
 
-    from samchat.chat.backend import ChatData
     from samchat.chat.service import ChatService, PendingReply
-    from samchat.store import Chat, MessageRow
+    from samchat.store import Chat, MessageRow, Store
 
 Error = Callable[[BaseException | str, str], None]  # the host's notice of an error
 
 
 def rename_chat(
-    app: App[Any], data: ChatData, chat_id: int, error: Error, renamed: Callable[[str], None]
+    app: App[Any], data: Store, chat_id: int, error: Error, renamed: Callable[[str], None]
 ) -> None:
     def done(title: str | None) -> None:
         if not title or not title.strip():
@@ -41,7 +40,7 @@ def rename_chat(
 
 def delete_chat(
     app: App[Any],
-    data: ChatData,
+    data: Store,
     chat_id: int,
     error: Error,
     deleted: Callable[[], Awaitable[None]],
@@ -60,7 +59,7 @@ def delete_chat(
     app.push_screen(ConfirmScreen(f"Delete the chat “{title}” and all its messages?"), done)
 
 
-def system_prompt(app: App[Any], data: ChatData, chat: Chat, error: Error) -> None:
+def system_prompt(app: App[Any], data: Store, chat: Chat, error: Error) -> None:
     def done(text: str | None) -> None:
         if text is None:
             return
@@ -105,12 +104,12 @@ def edit_message(
 
 
 def import_documents(
-    app: App[Any], data: ChatData, imported: Callable[[], None], use_in_chat: Callable[[], None]
+    app: App[Any], data: Store, imported: Callable[[], None], use_in_chat: Callable[[], None]
 ) -> None:
     store_path = data.path
 
     def importer(path: str, progress: Any) -> str:
-        return backend.import_documents(path, store_path, progress)
+        return import_into(path, store_path, progress)
 
     app.push_screen(ImportScreen(importer, imported, use_in_chat))
 

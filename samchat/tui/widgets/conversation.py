@@ -38,7 +38,7 @@ from samchat.tui.worker_messages import (
 )
 
 if TYPE_CHECKING:
-    from samchat.chat.backend import Replies
+    from samchat.chat.generator import Replies
     from samchat.decoding.params import SamplingParams
     from samchat.store import MessageRow
     from samchat.tui.host import ChatHost
@@ -164,7 +164,7 @@ class Conversation(Vertical):
 
     def on_reply_finished(self, msg: ReplyFinished) -> None:
         job, record = msg.job, msg.record
-        job.live.on_done(record.stats)
+        job.live.on_done(record.stats.to_dict())  # as the store keeps it, and the views show it
         if record.finish_reason == "interrupted":  # a server broke off: the text is kept
             self.notify(record.notice, title="Reply interrupted", severity="warning", timeout=10)
         elif record.notice:
@@ -183,7 +183,7 @@ class Conversation(Vertical):
             await view.drop_stream()
         else:
             # The engine's figures and provenance; the streamed view matches them.
-            await view.finish(message_id, record.stats)
+            await view.finish(message_id, record.stats.to_dict())
             if row is not None:
                 self.chat_view.rows.append(row)
                 shown = True

@@ -21,6 +21,12 @@ if TYPE_CHECKING:
     from samchat.tui.host import ChatHost
 
 
+MARK_OPEN, MARK_CLOSE = "\x02", "\x03"  # the marks asked of Store.search around each hit
+MARKS = (MARK_OPEN, MARK_CLOSE)
+CHATS_LISTED = 500  # the most recent chats the list shows
+HITS_LISTED = 50  # the best search hits the list shows
+
+
 class Sidebar(Vertical):
     @dataclass
     class ChatChosen(Message):
@@ -47,9 +53,11 @@ class Sidebar(Vertical):
             return
         try:
             if query:
-                self.show_hits(data.search(query))
+                self.show_hits(
+                    data.search(query, limit=HITS_LISTED, kinds=("message",), mark=MARKS)
+                )
             else:
-                self.show_chats(data.chats(), current)
+                self.show_chats(data.chats(limit=CHATS_LISTED), current)
         except SamchatError as exc:
             self.host.error(exc, "Search" if query else "Database")
 
@@ -104,9 +112,6 @@ class Sidebar(Vertical):
         elif option_id.startswith("hit-"):
             _, _, chat_id, message_id = option_id.split("-")
             self.post_message(self.ChatChosen(int(chat_id), int(message_id)))
-
-
-MARK_OPEN, MARK_CLOSE = "\x02", "\x03"  # the marks asked of Store.search around each hit
 
 
 def _marked(snippet: str) -> Content:
