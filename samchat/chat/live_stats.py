@@ -1,14 +1,14 @@
 """Running figures for one streaming reply: tokens/s, MAT, speedup, drafter shares, speed trace.
 
-Pure Python (no textual, no torch) so it is cheap to test. The engine's ReplyStats replaces the
-live estimates when the reply finishes.
+Pure Python (no textual, no torch) so it is cheap to test. The engine's figures (ShownStats)
+replace the live estimates when the reply finishes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from samchat.chat.shown_stats import ShownStats
 from samchat.remote import REMOTE
 
 DRAFTERS = ("dyn", "static", "tr")
@@ -26,7 +26,7 @@ class LiveStats:
     plain_steps: int = 0
     last_t: float = 0.0
     first_t: float = 0.0  # when the first text came
-    final: dict[str, Any] | None = None  # the engine's ReplyStats as a dict, once done
+    final: ShownStats | None = None  # the engine's figures, once done
 
     def on_delta(self, n_tokens: int, sources: list[str], t: float) -> None:
         prev = self.last_t or self.started
@@ -45,27 +45,27 @@ class LiveStats:
             self.plain_forward_s += forward_s
             self.plain_steps += 1
 
-    def on_done(self, stats: dict[str, Any]) -> None:
+    def on_done(self, stats: ShownStats) -> None:
         self.final = stats
 
     @property
     def remote(self) -> bool:
         """The reply comes from a server: no MAT, speedup or drafter shares to show."""
         if self.final is not None:
-            return self.final.get("method") == REMOTE
+            return self.final.method == REMOTE
         return REMOTE in self.by_source
 
     @property
     def ttft(self) -> float:
         """Seconds from the request to the first text (0 = none yet)."""
-        if self.final is not None and self.final.get("ttft_s"):
-            return float(self.final["ttft_s"])
+        if self.final is not None and self.final.ttft_s:
+            return self.final.ttft_s
         return self.first_t - self.started if self.first_t else 0.0
 
     @property
     def tokens_per_s(self) -> float:
         if self.final is not None:
-            return float(self.final.get("tokens_per_s", 0.0))
+            return self.final.tokens_per_s
         elapsed = self.last_t - self.started
         return self.tokens / elapsed if elapsed > 0 else 0.0
 
@@ -73,7 +73,7 @@ class LiveStats:
     def mat(self) -> float:
         """Mean accepted tokens per verification step (bonus token included)."""
         if self.final is not None:
-            return float(self.final.get("mat", 0.0))
+            return self.final.mat
         return self.tokens / self.steps if self.steps else 0.0
 
     @property
@@ -82,7 +82,7 @@ class LiveStats:
         in this reply, under the same load (0 = none yet). The cheapest step of any size, or
         another reply's timing, made it read 15.6x or 0.08x while the machine was busy."""
         if self.final is not None:
-            return float(self.final.get("speedup_est", 0.0))
+            return self.final.speedup_est
         if not self.forward_s or not self.plain_steps:
             return 0.0
         return self.tokens * (self.plain_forward_s / self.plain_steps) / self.forward_s
@@ -91,9 +91,8 @@ class LiveStats:
         """Share of all reply tokens that each drafter proposed and the model accepted."""
         counts: dict[str, int]
         total: int
-        if self.final is not None and self.final.get("accepted_by_drafter") is not None:
-            counts = {k: int(v) for k, v in self.final["accepted_by_drafter"].items()}
-            total = int(self.final.get("tokens", 0)) or self.tokens
+        if self.final is not None:
+            counts, total = self.final.accepted_by_drafter, self.final.tokens or self.tokens
         else:
             counts, total = self.by_source, self.tokens
         if not total:
@@ -104,34 +103,20 @@ class LiveStats:
 _CUT_SHORT = ("cancelled", "interrupted")  # finish reasons a remote reply's figures name
 
 
-def format_stats(stats: dict[str, Any]) -> str:
+def format_stats(stats: ShownStats) -> str:
     """One line of figures for a finished reply."""
-    if not stats:
+    if not stats.present:
         return "no statistics stored"
-    if stats.get("method") == REMOTE:
-        return " · ".join(
-            [
-                f"{int(stats.get('tokens', 0))} tok",
-                f"{float(stats.get('seconds', 0.0)):.2f} s",
-                f"{float(stats.get('tokens_per_s', 0.0)):.1f} tok/s",
-                f"first token {float(stats.get('ttft_s', 0.0)):.2f} s",
-                REMOTE,
-            ]
-            + [str(stats["finish_reason"])] * (stats.get("finish_reason") in _CUT_SHORT)
-        )
-    parts = [
-        f"{int(stats.get('tokens', 0))} tok",
-        f"{float(stats.get('seconds', 0.0)):.2f} s",
-        f"{float(stats.get('tokens_per_s', 0.0)):.1f} tok/s",
-        f"MAT {float(stats.get('mat', 0.0)):.2f}",
-        f"speedup {float(stats.get('speedup_est', 0.0)):.2f}x",
-    ]
-    accepted = stats.get("accepted_by_drafter") or {}
-    total = int(stats.get("tokens", 0))
-    if total and accepted:
+    head = [f"{stats.tokens} tok", f"{stats.seconds:.2f} s", f"{stats.tokens_per_s:.1f} tok/s"]
+    if stats.method == REMOTE:
+        cut_short = [stats.finish_reason] if stats.finish_reason in _CUT_SHORT else []
+        return " · ".join([*head, f"first token {stats.ttft_s:.2f} s", REMOTE, *cut_short])
+    parts = [*head, f"MAT {stats.mat:.2f}", f"speedup {stats.speedup_est:.2f}x"]
+    accepted = stats.accepted_by_drafter
+    if stats.tokens and accepted:
         parts.append(
-            " ".join(f"{k} {100 * int(accepted.get(k, 0)) / total:.0f}%" for k in DRAFTERS)
+            " ".join(f"{k} {100 * accepted.get(k, 0) / stats.tokens:.0f}%" for k in DRAFTERS)
         )
-    if stats.get("method"):
-        parts.append(str(stats["method"]))
+    if stats.method:
+        parts.append(stats.method)
     return " · ".join(parts)

@@ -3,8 +3,9 @@ notice, the sources it was given and a short speed trace, built from the event s
 way by every front end, and saved through one call (`save_reply`).
 
 The record stays typed (`StoredStats`) through the chat layer; it becomes the JSON object the
-store keeps (`StoredStats.to_dict`, the same keys as ever) only where it is written, and where
-the app shows it beside replies read back from the store."""
+store keeps (`StoredStats.to_dict`, the same keys as ever) only where it is written. What the
+app shows of it, fresh or read back from the store, is a `ShownStats` (samchat.chat.shown_stats,
+which parses the stored object of any version)."""
 
 from __future__ import annotations
 

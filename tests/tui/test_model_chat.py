@@ -66,14 +66,14 @@ async def test_chat_reply_stats_and_stored_copy_agree(
         assert view.content == stored.content and stored.content.strip()
         assert view.message_id == stored.id
         # Its statistics: the engine's figures, stored and shown, agree with what streamed.
-        assert stored.tokens == live.final["tokens"] == live.tokens
+        assert stored.tokens == live.final.tokens == live.tokens
         assert stored.finish_reason in ("eos", "length")
-        assert stored.mat == pytest.approx(live.final["mat"])
+        assert stored.mat == pytest.approx(live.final.mat)
         assert stored.stats["method"] == "sam+tr"
         accepted = {k: v for k, v in stored.accepted_by_drafter.items() if v}
         assert accepted == live.by_source  # per-token sources of the streamed deltas
         bar = str(app.query_one("#stats-text", Static).render())
-        assert f"{live.final['tokens_per_s']:.1f}" in bar and f"{live.final['mat']:.2f}" in bar
+        assert f"{live.final.tokens_per_s:.1f}" in bar and f"{live.final.mat:.2f}" in bar
         figures = str(view.query_one(".msg-stats", Static).render())
         assert f"{stored.tokens} tok" in figures and f"MAT {stored.mat:.2f}" in figures
         # Provenance covers the reply exactly, and is stored with it.

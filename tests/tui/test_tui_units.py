@@ -9,6 +9,7 @@ import pytest
 
 from samchat.chat.config import ConfigError, from_toml_dict, load_config, parse_sampling
 from samchat.chat.live_stats import LiveStats, format_stats
+from samchat.chat.shown_stats import ShownStats
 from samchat.tui.code_blocks import code_blocks
 from samchat.tui.themes import ThemeFileError, load_themes, theme_from_dict
 
@@ -87,9 +88,9 @@ def test_live_figures_then_final_ones() -> None:
         "accepted_by_drafter": {"dyn": 2, "tr": 1, "plain": 2},
         "seconds": 0.4,
     }
-    live.on_done(final)
+    live.on_done(ShownStats.parse(final))
     assert (live.tokens_per_s, live.speedup) == (12.0, 1.4)
-    assert "dyn 40% static 0% tr 20%" in format_stats(final)
+    assert "dyn 40% static 0% tr 20%" in format_stats(ShownStats.parse(final))
 
 
 def test_remote_figures_are_speed_and_first_token_only() -> None:
@@ -104,11 +105,13 @@ def test_remote_figures_are_speed_and_first_token_only() -> None:
     bar = str(stats_content(live, "streaming"))
     assert "first token 0.40 s" in bar and "remote" in bar and "MAT" not in bar
     final = {"tokens": 2, "seconds": 0.1, "tokens_per_s": 20.0, "ttft_s": 0.42}
-    live.on_done({**final, "method": "remote", "finish_reason": "length"})
+    live.on_done(ShownStats.parse({**final, "method": "remote", "finish_reason": "length"}))
     assert live.remote and live.ttft == 0.42 and live.tokens_per_s == 20.0
-    line = format_stats({**final, "method": "remote", "finish_reason": "interrupted"})
+    remote = ShownStats.parse({**final, "method": "remote", "finish_reason": "interrupted"})
+    line = format_stats(remote)
     assert line == "2 tok · 0.10 s · 20.0 tok/s · first token 0.42 s · remote · interrupted"
-    assert "interrupted" not in format_stats({**final, "method": "remote", "finish_reason": "stop"})
+    stopped = ShownStats.parse({**final, "method": "remote", "finish_reason": "stop"})
+    assert "interrupted" not in format_stats(stopped)
 
 
 def test_code_blocks() -> None:

@@ -399,7 +399,7 @@ class ChatScreen(Screen[None]):
         await self.chat_view.show_thread(upto, service.store.branches(upto))
         # The question keeps the sources it was sent with: the new reply names them too.
         answered = view is not None and view.parent_id == user_id
-        sources = view.stats.get("sources") if view is not None and answered else None
+        sources = list(view.stats.sources) if view is not None and answered else None
         try:
             reply = service.regenerate(
                 self.chat_id, user_id, model=self.host.model_name, sources=sources

@@ -11,6 +11,7 @@ from typing import Any
 from textual.containers import VerticalScroll
 from textual.widgets import Button
 
+from samchat.chat.shown_stats import ShownStats
 from samchat.tui.widgets.message_view import MessageView
 
 PAGE = 30  # a few screens of messages; more on request
@@ -31,7 +32,7 @@ class ChatView(VerticalScroll):
             role=row.role,
             content=row.content,
             model=row.model,
-            stats=dict(row.stats or {}),
+            stats=ShownStats.parse(row.stats),
             branch=self.branches.get(row.id, (1, 1)),
         )
 

@@ -19,6 +19,7 @@ from textual.worker import get_current_worker
 
 from samchat.chat.live_stats import LiveStats
 from samchat.chat.service import PendingReply, ReplyRecord
+from samchat.chat.shown_stats import ShownStats
 from samchat.tui.code_blocks import code_blocks
 from samchat.tui.guard import guarded
 from samchat.tui.reply_stream import stream_to
@@ -132,7 +133,7 @@ class Conversation(Vertical):
 
     async def _drop_pending(self, job: ReplyJob) -> None:
         if job.view.is_attached:
-            await job.view.finish(None, {})
+            await job.view.finish(None, ShownStats())
             await job.view.remove()
         self.notify("the waiting prompt will not be answered", timeout=3)
         self.post_message(self.Changed())
@@ -164,7 +165,7 @@ class Conversation(Vertical):
 
     def on_reply_finished(self, msg: ReplyFinished) -> None:
         job, record = msg.job, msg.record
-        job.live.on_done(record.stats.to_dict())  # as the store keeps it, and the views show it
+        job.live.on_done(ShownStats.of(record.stats))
         if record.finish_reason == "interrupted":  # a server broke off: the text is kept
             self.notify(record.notice, title="Reply interrupted", severity="warning", timeout=10)
         elif record.notice:
@@ -183,7 +184,7 @@ class Conversation(Vertical):
             await view.drop_stream()
         else:
             # The engine's figures and provenance; the streamed view matches them.
-            await view.finish(message_id, record.stats.to_dict())
+            await view.finish(message_id, ShownStats.of(record.stats))
             if row is not None:
                 self.chat_view.rows.append(row)
                 shown = True
@@ -291,10 +292,11 @@ class Conversation(Vertical):
     def on_message_view_focused(self, event: MessageView.Focused) -> None:
         """A finished reply shows its stored figures (and speed trace) in the stats bar."""
         view = event.view
-        if self.job is not None or view.role != "assistant" or not view.stats:
+        stats = view.stats
+        if self.job is not None or view.role != "assistant" or not stats.present:
             return
         live = LiveStats(0.0)
-        live.tokens = int(view.stats.get("tokens") or 0)
-        live.speeds = [float(x) for x in view.stats.get("speed_trace") or []]
-        live.on_done(view.stats)
-        self.query_one(StatsBar).show(live, f"{view.stats.get('finish_reason', '')} (stored)")
+        live.tokens = stats.tokens
+        live.speeds = list(stats.speed_trace)
+        live.on_done(stats)
+        self.query_one(StatsBar).show(live, f"{stats.finish_reason} (stored)")

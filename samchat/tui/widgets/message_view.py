@@ -15,6 +15,7 @@ from textual.widgets import Collapsible, Markdown, ProgressBar, Static
 from textual.widgets.markdown import MarkdownStream
 
 from samchat.chat.live_stats import format_stats
+from samchat.chat.shown_stats import ShownStats
 from samchat.corpus.retrieval import split_content
 
 # Drafter -> theme variable used to colour its tokens (plain tokens stay uncoloured).
@@ -50,13 +51,11 @@ def legend_content() -> Content:
     return Content.assemble(*parts)
 
 
-def sources_used(stats: dict[str, Any]) -> Content:
+def sources_used(stats: ShownStats) -> Content:
     """The documents a reply was given, as its stored stats name them ("" if none)."""
-    sources = stats.get("sources") or []
     names = [
         f"[{i}] {s.get('title')}" + (f" ({s['path']})" if s.get("path") else "")
-        for i, s in enumerate(sources, 1)
-        if isinstance(s, dict)
+        for i, s in enumerate(stats.sources, 1)
     ]
     return Content("sources: " + "; ".join(names)) if names else Content("")
 
@@ -87,7 +86,7 @@ class MessageView(Vertical, can_focus=True):
         role: str,
         content: str,
         model: str | None = None,
-        stats: dict[str, Any] | None = None,
+        stats: ShownStats | None = None,
         branch: tuple[int, int] = (1, 1),
         spans: Spans | None = None,
         parent_id: int | None = None,
@@ -98,20 +97,20 @@ class MessageView(Vertical, can_focus=True):
         self.role = role
         self.content = content
         self.model = model
-        self.stats: dict[str, Any] = stats or {}
+        self.stats = stats if stats is not None else ShownStats()
         self.branch = branch
         self.spans: Spans = spans if spans is not None else self._stored_spans(content)
         self._stream: MarkdownStream | None = None
 
     def _stored_spans(self, content: str) -> Spans:
         """Stored provenance is [[n_chars, source], ...] over the content."""
-        runs = self.stats.get("provenance")
-        if isinstance(runs, list) and sum(int(n) for n, _ in runs) == len(content):
+        runs = self.stats.provenance
+        if sum(n for n, _ in runs) == len(content):
             spans: Spans = []
             pos = 0
             for n, source in runs:
-                add_span(spans, content[pos : pos + int(n)], str(source))
-                pos += int(n)
+                add_span(spans, content[pos : pos + n], source)
+                pos += n
             return spans
         return [[content, "plain"]] if content else []
 
@@ -132,7 +131,7 @@ class MessageView(Vertical, can_focus=True):
             yield Static(provenance_content(self.spans), classes="msg-provenance")
             yield Static(format_stats(self.stats), classes="msg-stats")
             used = Static(sources_used(self.stats), classes="msg-used")
-            used.display = bool(self.stats.get("sources"))
+            used.display = bool(self.stats.sources)
             yield used
 
     def header_text(self) -> str:
@@ -191,7 +190,7 @@ class MessageView(Vertical, can_focus=True):
             stream, self._stream = self._stream, None
             await stream.stop()
 
-    async def finish(self, message_id: int | None, stats: dict[str, Any]) -> None:
+    async def finish(self, message_id: int | None, stats: ShownStats) -> None:
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
@@ -206,4 +205,4 @@ class MessageView(Vertical, can_focus=True):
             self.query_one(".msg-stats", Static).update(format_stats(stats))
             used = self.query_one(".msg-used", Static)
             used.update(sources_used(stats))
-            used.display = bool(stats.get("sources"))
+            used.display = bool(stats.sources)
