@@ -122,7 +122,7 @@ def test_sigkill_during_import(tmp_path: Path) -> None:
     src.mkdir()
     texts = {}
     for i in range(400):
-        text = " ".join(rng.choice(words) for _ in range(rng.randint(200, 2000))) + f" doc{i}"
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(100, 600))) + f" doc{i}"
         (src / f"f{i:03d}.txt").write_text(text)
         texts[str((src / f"f{i:03d}.txt").resolve())] = text
     data = tmp_path / "data"
