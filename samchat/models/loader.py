@@ -39,6 +39,7 @@ from samchat.models.device import (
     resolve_device,
     resolve_dtype,
 )
+from samchat.models.gguf_header import metadata_digest
 from samchat.models.kept_tokenizer import KeptTokenizer
 from samchat.paths import model_cache_dir
 from samchat.remote.endpoint import is_remote
@@ -319,11 +320,20 @@ def _load_tokenizer(where: _Resolved, spec: ModelSpec) -> Any:
     transformers (KeptTokenizer)."""
     gguf = _gguf_path(where)
     cached = tokenizer_cache(gguf) if gguf is not None else None
+    same: Path | None = None
     if cached is not None and gguf is not None:
         for folder in (gguf_tokenizer_beside(cached, gguf), cached):
             kept = _read_kept(folder) if folder.is_dir() else None
             if kept is not None:
                 return kept
+        # A copy of a file converted before (moved, linked, touched, or the same model in
+        # Ollama's store and LM Studio's folder): its metadata, so its tokenizer, is the same.
+        same = _metadata_tokenizer(gguf)
+        kept = _read_kept(same) if same is not None and same.is_dir() else None
+        if kept is not None:
+            shutil.rmtree(cached, ignore_errors=True)  # a damaged copy, if any
+            _keep_tokenizer(kept, cached)  # found by its path from the next start on
+            return kept
     _quiet_transformers()
     from transformers import AutoTokenizer
 
@@ -345,9 +355,25 @@ def _load_tokenizer(where: _Resolved, spec: ModelSpec) -> Any:
         ) from exc
     if cached is not None:
         _keep_tokenizer(tokenizer, cached)
+        if same is not None:
+            _keep_tokenizer(tokenizer, same)
         # From the kept copy, as every later start reads it: one tokenizer whatever the start.
         return _read_kept(cached) or tokenizer
     return tokenizer
+
+
+def _metadata_tokenizer(gguf: Path) -> Path | None:
+    """Where the tokenizer of any GGUF file with this one's metadata is kept (None: the header
+    is unreadable, and converting will say why)."""
+    from importlib.metadata import version
+
+    try:
+        digest = metadata_digest(gguf)
+    except ModelLoadError:
+        return None
+    libs = f"{version('transformers')}|{version('tokenizers')}"
+    key = hashlib.sha256(f"{digest}|{libs}".encode()).hexdigest()[:16]
+    return model_cache_dir() / f"tokenizer-metadata-{key}"
 
 
 def gguf_tokenizer_beside(cached: Path, gguf: Path) -> Path:

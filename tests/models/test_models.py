@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -237,3 +238,50 @@ def test_a_gguf_tokenizer_kept_in_the_cache_tokenizes_as_the_file_does(
     (odd / "tokenizer_config.json").write_text(json.dumps({**config, "do_lower_case": True}))
     with pytest.raises(ValueError, match="do_lower_case"):
         KeptTokenizer.load(odd)
+
+
+def test_a_copy_of_a_gguf_reads_the_tokenizer_kept_for_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tokenizer is converted once per GGUF metadata: a copy at another path (an Ollama blob
+    of a file used before, say) reads the kept one without transformers, and keeps it under
+    its own path; a file whose metadata differs (one letter of its chat template) converts
+    anew; a header that is not GGUF is one clear line."""
+    from transformers import AutoTokenizer
+
+    from samchat.models.gguf_header import metadata_digest
+    from samchat.models.kept_tokenizer import KeptTokenizer
+    from samchat.models.loader import tokenizer_cache
+
+    monkeypatch.setenv("SAMCHAT_MODEL_CACHE", str(tmp_path / "cache"))
+    first = tmp_path / "a" / "model.gguf"
+    first.parent.mkdir()
+    shutil.copy2(bundled_gguf(), first)
+    _, fingerprint = load_tokenizer(ModelSpec(source=str(first)))  # converts
+
+    def converted(*_: Any, **__: Any) -> Any:
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", converted)
+    blob = tmp_path / "blobs" / "sha256-0123"
+    blob.parent.mkdir()
+    shutil.copyfile(first, blob)  # a new path and mtime
+    assert metadata_digest(blob) == metadata_digest(first)
+    tokenizer, blob_fingerprint = load_tokenizer(ModelSpec(source=str(blob)))
+    assert isinstance(tokenizer, KeptTokenizer) and blob_fingerprint == fingerprint
+    assert (tokenizer_cache(blob) / "tokenizer.json").is_file()
+
+    data = bytearray(first.read_bytes())
+    at = data.index(b"tokenizer.chat_template") + len(b"tokenizer.chat_template") + 12
+    at = data.index(b"message", at)
+    data[at] = ord("M")  # the same length: only the metadata's bytes differ
+    other = tmp_path / "other.gguf"
+    other.write_bytes(bytes(data))
+    assert metadata_digest(other) != metadata_digest(first)
+    with pytest.raises(ModelLoadError, match="converted again"):
+        load_tokenizer(ModelSpec(source=str(other)))
+
+    other.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 5))  # ends before its 5 key-values
+    with pytest.raises(ModelLoadError) as bad:
+        metadata_digest(other)
+    assert "cannot read the GGUF header" in str(bad.value) and "\n" not in str(bad.value)
