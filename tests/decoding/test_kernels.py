@@ -133,9 +133,9 @@ def test_the_engine_runs_the_measured_plan(
     from samchat.engines.torch.engine import TorchEngine
 
     monkeypatch.setattr(CURVES, "curves", {})  # measure here, whatever ran before
-    # A short context and three rounds (the median outlasts one stall of a busy machine): this
-    # checks where the plan goes, not its precision.
-    quick = functools.partial(measure.measure_cost_curve, context=64, reps=3)
+    # A short context and one timed round: this checks where the plan goes, whichever kernels
+    # win, not the precision of the timing.
+    quick = functools.partial(measure.measure_cost_curve, context=64, reps=1)
     monkeypatch.setattr(torch_engine, "measure_cost_curve", quick)
     engine = TorchEngine(default_lm, tmp_path)
     assert engine._fwd.plan == DEFAULT_PLAN
