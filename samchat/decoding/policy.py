@@ -1,6 +1,8 @@
 """The drafting policy: how likely a draft is to be accepted (running rates per drafter and
-match length), how long a draft pays on this machine's cost curve, and the selector that picks
-each step's draft (or a plain step) from the drafters' proposals."""
+match length), how long a draft pays on this machine's cost curve, the selector that picks
+each step's draft (or a plain step) from the drafters' proposals, and the rules the session
+follows around it: when a plain step recalibrates the one-token time, how often a resting
+drafter still reads a forward, and how many prompt rows Token Recycling learns from."""
 
 from __future__ import annotations
 
@@ -332,3 +334,35 @@ class Selector:
             self.acceptance.update(decision.key, decision.match_len, decision.sam_size, run)
         elif self.aux is not None and decision.drafter == self.aux.name:
             self.aux.feedback(len(accepted))
+
+
+# A plain step is forced when none ran for this many steps (replies included), so the one-token
+# time (the cost curve's unit and speedup_est's baseline) follows the machine's current load.
+CALIBRATE_EVERY = 64
+# A drafter that rests (no draft of it can pay on this curve) still reads one forward in this
+# many, so its acceptance rates follow the text and it wakes up where they make it pay.
+REST_SAMPLE = 16
+
+
+def calibration_due(curve: CostCurve, since_plain: int) -> bool:
+    """A plain step is due: none ran for CALIBRATE_EVERY steps, and the curve is one decoding
+    refines (a fixed curve needs no fresh one-token time)."""
+    return not curve.fixed and since_plain >= CALIBRATE_EVERY
+
+
+# Token Recycling also learns from the last new prompt rows of each turn (as SAM-D does from all
+# of them): their logits cost one output projection per row at prefill.
+PROMPT_ROWS = 64
+# Where verifying 64 rows costs at most FLAT_COST one-row forwards (a GPU, a flat curve), the
+# projection is cheap too: learn from every new row of the last prefill chunk, up to
+# PROMPT_LOGITS logits in all (memory). On a flat curve this raised the acceptance of
+# summaries and document answers and lowered no category.
+PROMPT_LOGITS = 1 << 27
+
+
+def prompt_rows(rel_cost_64: float, vocab_size: int) -> int:
+    """How many new prompt rows Token Recycling learns from, given 64 rows' cost relative to
+    one."""
+    if rel_cost_64 <= FLAT_COST:
+        return max(PROMPT_ROWS, PROMPT_LOGITS // max(vocab_size, 1))
+    return PROMPT_ROWS

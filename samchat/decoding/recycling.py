@@ -34,7 +34,6 @@ import numpy as np
 
 from samchat.decoding.drafter import Drafter
 from samchat.decoding.tree import DraftTree
-from samchat.engines.cost import FLAT_COST
 
 log = logging.getLogger(__name__)
 
@@ -42,23 +41,6 @@ K = 8
 # Inputs = 1 + nodes: 2, 4, 8, 16 ... rows, the shapes the CPU kernels run fastest.
 SIZES = (1, 3, 7, 11, 15, 23, 31, 47, 63)
 MAX_DEPTH = 6
-# The table also learns from the last new prompt rows of each turn (as SAM-D does from all of
-# them): their logits cost one output projection per row at prefill.
-PROMPT_ROWS = 64
-# Where verifying 64 rows costs at most FLAT_COST one-row forwards (a GPU, a flat curve), the
-# projection is cheap too: learn from every new row of the last prefill chunk, up to
-# PROMPT_LOGITS logits in all (memory). Measured (flat curve, 1 question per category): MAT
-# of summarization 2.17 -> 2.29 and rag 2.00 -> 2.17, no category lower.
-PROMPT_LOGITS = 1 << 27
-
-
-def prompt_rows(rel_cost_64: float, vocab_size: int) -> int:
-    """How many new prompt rows the table learns from, given 64 rows' cost relative to one."""
-    if rel_cost_64 <= FLAT_COST:
-        return max(PROMPT_ROWS, PROMPT_LOGITS // max(vocab_size, 1))
-    return PROMPT_ROWS
-
-
 # Prior chance that the model's next token is the table's candidate of rank r (warm table).
 _PRIOR_RANK = (0.45, 0.12, 0.06, 0.04, 0.03, 0.02, 0.015, 0.01)
 _PRIOR_WEIGHT = 200.0

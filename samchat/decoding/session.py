@@ -16,7 +16,16 @@ from samchat.decoding.context_fit import drop_oldest_turn, dropped_notice
 from samchat.decoding.drafter import Drafter
 from samchat.decoding.events import Event, PrefillProgress, StepStats
 from samchat.decoding.params import DecodingConfig, SamplingParams
-from samchat.decoding.policy import PLAIN, REPLY_FADE, AcceptanceModel, Decision, Selector
+from samchat.decoding.policy import (
+    PLAIN,
+    REPLY_FADE,
+    REST_SAMPLE,
+    AcceptanceModel,
+    Decision,
+    Selector,
+    calibration_due,
+    prompt_rows,
+)
 from samchat.decoding.protocols import DraftIndex, SessionModel
 from samchat.decoding.reply import Reply
 from samchat.decoding.sampling import Sampler
@@ -27,13 +36,6 @@ from samchat.errors import SamchatError
 from samchat.messages import Message
 
 log = logging.getLogger(__name__)
-
-# A plain step is forced when none ran for this many steps (replies included), so the one-token
-# time (the cost curve's unit and speedup_est's baseline) follows the machine's current load.
-CALIBRATE_EVERY = 64
-# A drafter that rests (no draft of it can pay on this curve) still reads one forward in this
-# many, so its acceptance rates follow the text and it wakes up where they make it pay.
-REST_SAMPLE = 16
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -418,8 +420,6 @@ class ChatSession:
         reply most likely copies from)."""
         if drafting is None or drafting.selector.aux is None:
             return 0  # no Token Recycling, or it rests
-        from samchat.decoding.recycling import prompt_rows
-
         return prompt_rows(drafting.tracker.curve.rel(64), int(self.lm.vocab_size))
 
     def _plan_drafting(self, context: int) -> _Drafting | None:
@@ -454,7 +454,8 @@ class ChatSession:
         rejected a tree mask (tree drafts are off from then on)."""
         tree: DraftTree | None = None
         decision: Decision = PLAIN
-        if drafting is not None and budget > 0 and not self._calibration_due(drafting):
+        due = drafting is not None and calibration_due(drafting.tracker.curve, self._since_plain)
+        if drafting is not None and budget > 0 and not due:
             tree, decision = drafting.selector.choose(budget)
             drafting.selector.at_start = False
         t0 = time.perf_counter()
@@ -482,13 +483,6 @@ class ChatSession:
         sources.append("plain")
         size = len(tree) if tree is not None else 0
         return StepStats(decision.drafter, size, n_acc, forward_s), new, sources
-
-    def _calibration_due(self, drafting: _Drafting) -> bool:
-        """A plain step is due: none ran for CALIBRATE_EVERY steps, or none ever, and the
-        curve is one decoding refines (a fixed curve needs no fresh one-token time)."""
-        if drafting.tracker.curve.fixed:
-            return False
-        return self._since_plain >= CALIBRATE_EVERY
 
     def _end_reply(self, reply: Reply, drafting: _Drafting | None) -> Iterator[Event]:
         if drafting is not None:

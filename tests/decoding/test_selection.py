@@ -13,7 +13,12 @@ import pytest
 
 from samchat.decoding.drafter import Drafter
 from samchat.decoding.params import DecodingConfig
-from samchat.decoding.policy import AcceptanceModel, Selector
+from samchat.decoding.policy import (
+    CALIBRATE_EVERY,
+    AcceptanceModel,
+    Selector,
+    calibration_due,
+)
 from samchat.decoding.tree import DraftTree
 from samchat.engines.cost import DEFAULT_CPU, CostCurve, CostTracker
 from samchat.errors import SamchatError
@@ -178,3 +183,13 @@ def test_fixed_curves_are_never_refined(tmp_path: Path) -> None:
             CostCurve.from_file(path)
     with pytest.raises(SamchatError, match="cannot read"):
         CostCurve.from_file(tmp_path / "missing.json")
+
+
+def test_a_plain_step_recalibrates_a_measured_curve_only() -> None:
+    """A curve decoding refines gets a fresh one-token time every CALIBRATE_EVERY steps; a
+    fixed curve (verification priced as free) never forces one."""
+    measured = CostCurve.default("cpu")
+    assert not measured.fixed
+    assert not calibration_due(measured, CALIBRATE_EVERY - 1)
+    assert calibration_due(measured, CALIBRATE_EVERY)
+    assert not calibration_due(CostCurve.flat(), 10 * CALIBRATE_EVERY)

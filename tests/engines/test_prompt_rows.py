@@ -9,14 +9,8 @@ import numpy as np
 import pytest
 
 from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepStats
-from samchat.decoding.policy import Selector
-from samchat.decoding.recycling import (
-    PROMPT_LOGITS,
-    PROMPT_ROWS,
-    TokenRecyclingDrafter,
-    prompt_rows,
-)
-from samchat.decoding.session import REST_SAMPLE
+from samchat.decoding.policy import PROMPT_LOGITS, PROMPT_ROWS, REST_SAMPLE, Selector, prompt_rows
+from samchat.decoding.recycling import TokenRecyclingDrafter
 from samchat.engines import open_engine
 from samchat.engines.cost import CostCurve
 from tests.decoding.prompts import LONG_CONTEXT
