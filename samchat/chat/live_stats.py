@@ -80,7 +80,7 @@ class LiveStats:
     def speedup(self) -> float:
         """Live estimate: tokens x (one plain step) / time spent verifying, the plain step timed
         in this reply, under the same load (0 = none yet). The cheapest step of any size, or
-        another reply's timing, made it read 15.6x or 0.08x while the machine was busy."""
+        another reply's timing, made it read wildly high or low while the machine was busy."""
         if self.final is not None:
             return self.final.speedup_est
         if not self.forward_s or not self.plain_steps:

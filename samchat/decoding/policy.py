@@ -285,8 +285,8 @@ class Selector:
 
     def tree_can_pay(self, aux: Drafter) -> bool:
         """Whether some tree of `aux` is worth more than its forward costs on this curve, at
-        the drafter's current acceptance rates. On a steep curve (llama.cpp on a small CPU: 2
-        rows cost 1.7x one) none is, and the drafter rests: its bookkeeping would only slow
+        the drafter's current acceptance rates. On a steep curve (llama.cpp on a small CPU, where 2
+        rows cost nearly twice one) none is, and the drafter rests: its bookkeeping would only slow
         the steps that draft nothing. SAM-Decoding's rule (not `adaptive`) drafts with it
         whatever it costs. Where trees cannot be verified it can never draft."""
         if not self.trees_allowed:

@@ -494,7 +494,7 @@ class ChatSession:
         seconds = time.perf_counter() - reply.t_decode
         # The speedup estimate prices the reply's tokens at a one-token forward timed under the
         # same load: this reply's plain steps, else one forward now (after `seconds`: no
-        # decoding). Another reply's timing would compare different loads (15x and 0.08x seen).
+        # decoding). Another reply's timing would compare different loads.
         t1 = 0.0
         if reply.n_plain:
             t1 = reply.forward_plain / reply.n_plain
