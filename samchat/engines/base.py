@@ -18,6 +18,10 @@ if TYPE_CHECKING:
 Logits: TypeAlias = "np.ndarray[Any, np.dtype[np.float32]]"
 
 
+# Where a model can run; the command line's --device adds "auto" (samchat.models.device).
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
 class Engine(Protocol):
     """Rows of the KV cache are tokens at consecutive positions 0..length-1.
 

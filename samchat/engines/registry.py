@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from samchat.engines.base import DEVICE_TYPES
+
 if TYPE_CHECKING:
     from samchat.engines.base import Engine
 
@@ -86,7 +88,7 @@ TORCH = EngineKind(
     label="torch",
     native_gguf=False,
     torch_options=True,
-    devices=("cpu", "cuda", "mps"),
+    devices=DEVICE_TYPES,
     engine_class="samchat.engines.torch.engine:TorchEngine",
     context_limit=_hf_context,
     vocab_size=_hf_vocab,

@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from samchat.engines.base import DEVICE_TYPES
 from samchat.errors import ModelLoadError
 
-DEVICES = ("auto", "cpu", "cuda", "mps")
+DEVICES = ("auto", *DEVICE_TYPES)
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
