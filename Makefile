@@ -77,17 +77,22 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-# The slowest tests are listed at the end: the suite takes most of CI's time on 2 cores.
+# Two phases: first one pytest-xdist worker per core, each pinned to its own core (see
+# tests/conftest.py), then the `all_cores` tests alone on every core, for the arithmetic that
+# depends on the thread count. The slowest tests of each phase are listed at its end.
 # PYTEST_ARGS adds options, e.g. make pytest PYTEST_ARGS="--durations=0 -k llamacpp".
+PYTEST = HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider
 pytest: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS)
+	$(PYTEST) -n auto --dist loadfile -m "not all_cores" --durations=15 $(PYTEST_ARGS)
+	@# exit status 5: PYTEST_ARGS selected none of them
+	$(PYTEST) -m all_cores --durations=5 $(PYTEST_ARGS) || test $$? -eq 5
 
 test: lint typecheck pytest
 
 # The edit loop: everything but the tests that run the real default model (marker `model`) and
 # those that build and install the package (marker `packaging`).
 test-fast: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m "not model and not packaging"
+	$(PYTEST) -n auto --dist loadfile -m "not model and not packaging"
 
 # The fault-injection campaign behind docs/reliability.md (~20 minutes; not part of `make test`).
 faults: setup

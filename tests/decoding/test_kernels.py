@@ -98,10 +98,11 @@ def test_a_plan_maps_every_input_size() -> None:
         KernelPlan.of({1: "turbo"})
 
 
-def test_the_cost_curve_carries_its_plan_through_the_cache(tmp_path: Path) -> None:
+def test_the_cost_curve_carries_its_plan_through_the_cache(
+    tmp_path: Path, one_thread: None
+) -> None:
     """A tiny model's timings are noise: only the shape of the result is certain."""
     model = make_tiny_llama()
-    torch.set_num_threads(1)
     measured = measure_cost_curve(model, torch.device("cpu"), context=32, reps=1)
     assert measured.kernels is not None
     assert measured.xs == list(SIZES) and measured.rel(1) == 1.0

@@ -186,43 +186,39 @@ def test_engine_curve_waits_for_the_logits_as_decoding_does() -> None:
         assert curve.rel(n) == pytest.approx((n + 1.2 - 1.1) / 1.1)
 
 
-def test_measured_curve_is_cached(tmp_path: Any) -> None:
+def test_measured_curve_is_cached(tmp_path: Any, one_thread: None) -> None:
     from tests.decoding.conftest import make_tiny_llama
 
     model = make_tiny_llama()
-    torch.set_num_threads(1)
-    try:
-        measured = measure_cost_curve(model, torch.device("cpu"), context=32, reps=1)
-        # Tiny-model timings are noise: only the shape of the result is certain.
-        assert measured.rel(1) == 1.0 and min(measured.ys) > 0 and measured.xs == list(SIZES)
-        path = tmp_path / "curve.json"
+    measured = measure_cost_curve(model, torch.device("cpu"), context=32, reps=1)
+    # Tiny-model timings are noise: only the shape of the result is certain.
+    assert measured.rel(1) == 1.0 and min(measured.ys) > 0 and measured.xs == list(SIZES)
+    path = tmp_path / "curve.json"
 
-        def measure() -> CostCurve:
-            return measure_cost_curve(model, torch.device("cpu"), context=32, reps=1)
+    def measure() -> CostCurve:
+        return measure_cost_curve(model, torch.device("cpu"), context=32, reps=1)
 
-        first = load_or_measure(measure, path)
-        assert path.exists()
-        cached = '{"version": %d, "relative_cost": {"1": 1.0, "4": %s, "64": 7.0}}'
-        path.write_text(cached % (CURVE_VERSION, "1.5"))
-        assert load_or_measure(measure, path).rel(64) == 7.0
-        # A curve of the old verification path, or one measured under heavy load: re-measured.
-        path.write_text(cached % (CURVE_VERSION - 1, "1.5"))
+    first = load_or_measure(measure, path)
+    assert path.exists()
+    cached = '{"version": %d, "relative_cost": {"1": 1.0, "4": %s, "64": 7.0}}'
+    path.write_text(cached % (CURVE_VERSION, "1.5"))
+    assert load_or_measure(measure, path).rel(64) == 7.0
+    # A curve of the old verification path, or one measured under heavy load: re-measured.
+    path.write_text(cached % (CURVE_VERSION - 1, "1.5"))
+    assert load_or_measure(measure, path).xs == first.xs
+    path.write_text(cached % (CURVE_VERSION, "6.0"))
+    assert load_or_measure(measure, path).xs == first.xs
+    # Measured in the withdrawn exact mode (padded attention): not these costs.
+    exact = {"version": CURVE_VERSION, "relative_cost": {"1": 1.0, "64": 7.0}, "exact": True}
+    path.write_text(json.dumps(exact))
+    assert load_or_measure(measure, path).xs == first.xs
+    assert "exact" not in json.loads(path.read_text())
+    assert json.loads(path.read_text())["version"] == CURVE_VERSION
+    for degenerate in ({}, {"1": 0.0, "4": 1.0}, {"1": 1.0, "4": -1.0}):
+        path.write_text(json.dumps({"version": CURVE_VERSION, "relative_cost": degenerate}))
         assert load_or_measure(measure, path).xs == first.xs
-        path.write_text(cached % (CURVE_VERSION, "6.0"))
-        assert load_or_measure(measure, path).xs == first.xs
-        # Measured in the withdrawn exact mode (padded attention): not these costs.
-        exact = {"version": CURVE_VERSION, "relative_cost": {"1": 1.0, "64": 7.0}, "exact": True}
-        path.write_text(json.dumps(exact))
-        assert load_or_measure(measure, path).xs == first.xs
-        assert "exact" not in json.loads(path.read_text())
-        assert json.loads(path.read_text())["version"] == CURVE_VERSION
-        for degenerate in ({}, {"1": 0.0, "4": 1.0}, {"1": 1.0, "4": -1.0}):
-            path.write_text(json.dumps({"version": CURVE_VERSION, "relative_cost": degenerate}))
-            assert load_or_measure(measure, path).xs == first.xs
-        path.write_text("garbage")  # unreadable: measured again
-        assert load_or_measure(measure, path).xs == first.xs
-    finally:
-        torch.set_num_threads(2)
+    path.write_text("garbage")  # unreadable: measured again
+    assert load_or_measure(measure, path).xs == first.xs
 
 
 def test_sequence_length_follows_rate_and_cost() -> None:
