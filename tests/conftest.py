@@ -51,12 +51,21 @@ os.dup2(_null, 0)
 os.close(_null)
 
 
+# Whether the run holds a test other than the all_cores ones, which bring their own curves.
+_MEASURE_CURVES = pytest.StashKey[bool]()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that takes the real model is a `model` test (`make test-fast` leaves them out)."""
     for item in items:
         names = getattr(item, "fixturenames", ())
         if "default_lm" in names or "gguf_lm" in names:
             item.add_marker(pytest.mark.model)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    needed = any(i.get_closest_marker("all_cores") is None for i in session.items)
+    session.config.stash[_MEASURE_CURVES] = needed
 
 
 @pytest.fixture(scope="session")
@@ -108,17 +117,18 @@ def _isolated_dirs(
 
 
 @pytest.fixture(scope="session")
-def default_lm(shared_costs: Path) -> Iterator[object]:
+def default_lm(shared_costs: Path, request: pytest.FixtureRequest) -> Iterator[object]:
     """The real default model (SmolLM2-135M-Instruct) on the torch engine in float32, loaded
     once. Its cost curve and kernel plan are measured here, once per run, into the shared
     cache: tests in this process take them from the engine's memo, the processes they start
-    (`samchat serve --engine torch`) from the file."""
+    (`samchat serve --engine torch`) from the file. A run of all_cores tests only skips it."""
     from samchat.engines.torch.engine import TorchEngine
     from samchat.models import load_model
     from samchat.models.loader import ModelSpec
 
     lm = load_model(ModelSpec(engine="torch", dtype="float32"))
-    TorchEngine(lm, shared_costs.parent).cost_curve()
+    if request.config.stash.get(_MEASURE_CURVES, True):
+        TorchEngine(lm, shared_costs.parent).cost_curve()
     yield lm
 
 

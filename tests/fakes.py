@@ -71,6 +71,7 @@ class ClockedEngine:
     name = "clocked"
     device_type = "cpu"
     prefill_chunk = 256
+    exact_rows = 64
     plain_reason: str | None = None
     tree_reason: str | None = None
     inexact_reason: str | None = None
@@ -95,6 +96,9 @@ class ClockedEngine:
 
     def crop(self, length: int) -> None:
         self.rows = min(self.rows, length)
+
+    def plan_read(self, cached: int, new: int) -> None:
+        pass
 
     def prefill(self, ids: list[int], logits: int = 0) -> Logits | None:
         self.last = len(ids)

@@ -724,7 +724,7 @@ def llama_pld_settings() -> dict[str, Any]:
         "implementation": "llama_cpp.Llama + llama_speculative.LlamaPromptLookupDecoding",
         "num_pred_tokens": LLAMA_PLD_TOKENS,
         "max_ngram_size": LLAMA_PLD_NGRAM,
-        "kv_cache": "q8_0 keys and values, flash attention (as samchat's llama.cpp engine)",
+        "kv_cache": "q8_0 keys and values, flash attention (samchat's llama.cpp short chats)",
         "logits_all": True,
         "sampling": "greedy (temp 0, top_k 1)",
     }
@@ -732,14 +732,14 @@ def llama_pld_settings() -> dict[str, Any]:
 
 def llama_pld(lm: Any) -> Any:
     """A llama-cpp-python Llama over lm's GGUF file with its prompt lookup draft model, the KV
-    cache kept as samchat's llama.cpp engine keeps it (Q8_0 keys and values, flash attention),
+    cache kept as samchat's llama.cpp engine keeps a short chat's (Q8_0, flash attention),
     its eval() calls counted. logits_all=True: with a draft model Llama keeps every row's
     logits, but sizes its logits buffer by n_batch unless logits_all is given, and then fails
     once a conversation passes n_batch tokens."""
     import llama_cpp
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-    from samchat.engines.llamacpp.engine import KV_TYPE
+    from samchat.engines.llamacpp.engine import Q8_0
     from samchat.engines.llamacpp.model import llama, threads
 
     llama()  # initialised once, llama.cpp's log routed to Python logging
@@ -763,8 +763,8 @@ def llama_pld(lm: Any) -> Any:
         n_threads=n,
         n_threads_batch=n,
         flash_attn=True,
-        type_k=KV_TYPE,
-        type_v=KV_TYPE,
+        type_k=Q8_0,
+        type_v=Q8_0,
         verbose=False,
     )
 

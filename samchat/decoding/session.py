@@ -180,7 +180,9 @@ class ChatSession:
         self.prompt_rows = None
         try:
             self._engine.crop(keep)
-            if self._engine.length != keep:  # this memory cannot drop a suffix: start over
+            self._engine.plan_read(keep, len(prompt) - 1 - keep)
+            # This memory cannot drop a suffix, or the engine laid it out anew: start over.
+            if self._engine.length != keep:
                 self._engine.reset()
                 keep = 0
             del self._cached[keep:]
@@ -456,7 +458,7 @@ class ChatSession:
         decision: Decision = PLAIN
         due = drafting is not None and calibration_due(drafting.tracker.curve, self._since_plain)
         if drafting is not None and budget > 0 and not due:
-            tree, decision = drafting.selector.choose(budget)
+            tree, decision = drafting.selector.choose(min(budget, self._engine.exact_rows - 1))
             drafting.selector.at_start = False
         t0 = time.perf_counter()
         try:

@@ -34,6 +34,9 @@ class Engine(Protocol):
     # Tokens a session prefills per call: a long prompt is read in such pieces, so that it
     # shows progress and can be cancelled between them.
     prefill_chunk: int
+    # The most inputs one forward takes whose rows still equal one-token decoding's: drafts
+    # are kept below it.
+    exact_rows: int
     # Why drafting is limited (None = trees and sequences both work).
     plain_reason: str | None
     tree_reason: str | None
@@ -47,6 +50,10 @@ class Engine(Protocol):
 
     def crop(self, length: int) -> None:
         """Keep the first `length` rows."""
+
+    def plan_read(self, cached: int, new: int) -> None:
+        """Before a prompt's `new` tokens are read after `cached` kept ones: the engine may lay
+        out its cache for that read, emptying it (the session then reads the whole prompt)."""
 
     def prefill(self, ids: list[int], logits: int = 0) -> Logits | None:
         """Append ids to the cache, by the same kernels whether or not logits are asked for;

@@ -27,7 +27,7 @@ from samchat.decoding import (
 from samchat.decoding.tree import DraftTree
 from samchat.engines import Logits
 from samchat.engines.cost import CURVES, CostCurve, load_cached, save_curve
-from samchat.engines.llamacpp.engine import LlamaCppEngine, curve_digest
+from samchat.engines.llamacpp.engine import F16, LONG_READ, Q8_0, LlamaCppEngine, curve_digest
 from samchat.errors import ModelLoadError, SamchatError
 from samchat.models.loader import ModelSpec, load_model
 from tests.decoding.prompts import (
@@ -118,8 +118,8 @@ class _Plain:
     """One-token decoding, the reference for tree rows: holds a context, and gives the logits
     along a path decoded after it (then forgets the path)."""
 
-    def __init__(self, lm: Any, context: list[int]) -> None:
-        self.engine = LlamaCppEngine(lm, n_ctx=1024)
+    def __init__(self, lm: Any, context: list[int], kv: int = Q8_0) -> None:
+        self.engine = LlamaCppEngine(lm, n_ctx=2048, kv=kv)
         self.engine.prefill(context)
 
     def rows(self, path: list[int]) -> list[Logits]:
@@ -150,21 +150,26 @@ def _random_tree(rng: random.Random, likely: list[int], size: int) -> DraftTree:
     return DraftTree(tokens, parents, "tr")
 
 
+@pytest.mark.all_cores  # one-token steps on 2+ threads take another path (engine.py, F16)
 def test_tree_verification_is_exact_on_random_trees(gguf_lm: Any) -> None:
     """Step after step of random trees: each node's logits row equals one-token decoding along
     its path, bit for bit, whichever path is committed (the cache then continues exactly as
-    plain decoding would, dropped branches and recomputed rows included)."""
+    plain decoding would, dropped branches and recomputed rows included). With both cache
+    types; with F16 also after 800+ tokens, where one-token attention would be split between
+    threads."""
     rng = random.Random(7)
-    messages = [{"role": "user", "content": "Describe the river Lune briefly."}]
-    session = ChatSession(gguf_lm, DecodingConfig(method="plain"))
-    prompt = session.render(messages)
-    plain, _, _ = _run(session, messages, SamplingParams(max_new_tokens=32))
-    engine = LlamaCppEngine(gguf_lm, n_ctx=1024)
-    try:
-        for case in range(4):
-            engine.reset()
+    for case, kv in enumerate((Q8_0, Q8_0, F16, F16)):
+        question = "Describe the river Lune briefly."
+        content = question if case < 3 else "\n\n".join([*LONG_CONTEXT, question])
+        messages = [{"role": "user", "content": content}]
+        session = ChatSession(gguf_lm, DecodingConfig(method="plain"))
+        prompt = session.render(messages)
+        assert case < 3 or len(prompt) > 800
+        plain, _, _ = _run(session, messages, SamplingParams(max_new_tokens=32))
+        engine = LlamaCppEngine(gguf_lm, n_ctx=2048, kv=kv)
+        ref = _Plain(gguf_lm, prompt[:-1], kv)
+        try:
             engine.prefill(prompt[:-1])
-            ref = _Plain(gguf_lm, prompt[:-1])
             pending = prompt[-1]
             likely = [pending, *plain]
             for step in range(5):
@@ -194,33 +199,125 @@ def test_tree_verification_is_exact_on_random_trees(gguf_lm: Any) -> None:
                 ref.advance([ids[k] for k in keep])
                 pending = int(rows[node].argmax())
                 likely = [pending, *rng.sample(plain, 8)]
+        finally:
             ref.engine.close()
+            engine.close()
+
+
+@pytest.mark.all_cores
+def test_rows_left_over_by_a_tree_are_read_as_plain_decoding_read_them(gguf_lm: Any) -> None:
+    """An accepted token that did not lead its tree's batch is recomputed with the next
+    forward; in an F16 cache, before a long prefill (the next turn), in a forward of its own,
+    since 64+ rows would round it differently. The cache then continues as one-token
+    decoding's: the next logits agree bit for bit."""
+    messages = [{"role": "user", "content": "Describe the river Lune briefly."}]
+    prompt = ChatSession(gguf_lm, DecodingConfig(method="plain")).render(messages)
+    a, b, turn = 1000, 2000, [(t * 7919) % 40000 + 100 for t in range(100)]
+    spec, plain = (LlamaCppEngine(gguf_lm, n_ctx=1024, kv=F16) for _ in range(2))
+    try:
+        for engine in (spec, plain):
+            engine.prefill(prompt[:-1])
+        start = spec.length
+        spec.forward([prompt[-1], a, b], DraftTree([a, b], [-1, -1], "tr").layout())
+        spec.commit(start, [0, 2])  # b sat behind a: it waits for the next forward
+        for t in (prompt[-1], b):
+            plain.forward([t])
+        assert spec.length == plain.length == start + 2
+        for engine in (spec, plain):
+            engine.prefill(turn)
+        assert np.array_equal(spec.forward([7]), plain.forward([7]))
     finally:
-        engine.close()
+        spec.close()
+        plain.close()
 
 
-def test_kv_reuse_across_turns_matches_a_fresh_prefill(gguf_lm: Any) -> None:
-    session = ChatSession(gguf_lm, DecodingConfig(method="sam+tr"), cost_curve=FLAT)
+@pytest.mark.all_cores
+def test_kv_reuse_across_turns_matches_plain_decoding_and_a_fresh_prefill(gguf_lm: Any) -> None:
+    """A short chat (a Q8_0 cache): the second turn's logits after a speculative first reply
+    equal, bit for bit, those after a plain one, and those of a fresh prefill of it all."""
     messages = [
         {"role": "system", "content": "You answer briefly."},
         {"role": "user", "content": "Name a large city in Japan."},
     ]
-    _, done, _ = _run(session, messages, SamplingParams(max_new_tokens=24))
+    chats = {}
+    for method in ("sam+tr", "plain"):
+        session = ChatSession(gguf_lm, DecodingConfig(method=method), cost_curve=FLAT)
+        _, done, _ = _run(session, messages, SamplingParams(max_new_tokens=24))
+        chats[method] = (session, done.text)
+    session, text = chats["sam+tr"]
+    assert text == chats["plain"][1]
     messages += [
-        {"role": "assistant", "content": done.text},
+        {"role": "assistant", "content": text},
         {"role": "user", "content": "What is it famous for?"},
     ]
     before = session.cached_tokens
     logits = session.prefill_logits(messages)
+    assert np.array_equal(logits, chats["plain"][0].prefill_logits(messages))
     prompt = session.render(messages)
     fresh = ChatSession(gguf_lm, DecodingConfig(method="plain"))
     assert before > 20
     assert np.array_equal(logits, fresh.prefill_logits(messages))
     assert fresh.cached_tokens == len(prompt)
-    # An edited earlier turn: reuse stops at the edit and the logits still match.
+    # An edited earlier turn: reuse stops at the edit, and the logits are the fresh ones.
     edited = [messages[0], {"role": "user", "content": "Name a large city in Italy."}]
     again = ChatSession(gguf_lm, DecodingConfig(method="plain"))
     assert np.array_equal(session.prefill_logits(edited), again.prefill_logits(edited))
+
+
+@pytest.mark.all_cores
+def test_a_chat_that_opens_with_a_long_read_takes_f16_and_stays_exact(
+    gguf_lm: Any, tmp_path: Path
+) -> None:
+    """A document question opens the chat: its cache is F16 (read twice as fast), and
+    speculative replies still equal plain ones, turn after turn; a fresh prefill of the chat
+    predicts the same (64+ rows at once round differently). A new short chat is Q8_0 again."""
+    params = SamplingParams(max_new_tokens=MAX_NEW)
+    spec = ChatSession(
+        gguf_lm, DecodingConfig(method="sam+tr"), _static_index(tmp_path, gguf_lm), FLAT
+    )
+    plain = ChatSession(gguf_lm, DecodingConfig(method="plain"))
+    doc = "\n\n".join(LONG_CONTEXT)
+    history = [{"role": "system", "content": "You are a concise assistant."}]
+    for turn in (f"{doc}\n\nWhich text is about a river?", "Say it in one sentence.", "Why?"):
+        history.append({"role": "user", "content": turn})
+        want, _, _ = _run(plain, history, params)
+        ids, done, _ = _run(spec, history, params)
+        assert ids == want, turn
+        assert spec.engine.kv == plain.engine.kv == F16
+        history.append({"role": "assistant", "content": done.text})
+    history.append({"role": "user", "content": "Thanks."})
+    logits = spec.prefill_logits(history)
+    fresh = ChatSession(gguf_lm, DecodingConfig(method="plain")).prefill_logits(history)
+    assert int(logits.argmax()) == int(fresh.argmax())
+    assert np.corrcoef(logits, fresh)[0, 1] > 0.99
+    short = [{"role": "user", "content": "Name a colour."}]
+    assert len(spec.render(short)) < LONG_READ
+    assert _run(spec, short, params)[0] == _run(plain, short, params)[0]
+    assert spec.engine.kv == plain.engine.kv == Q8_0
+
+
+def test_a_long_read_stays_on_q8_0_where_an_f16_cache_does_not_fit(
+    gguf_lm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """F16 takes twice Q8_0's memory: where its context cannot be made, the chat goes on with
+    the cache it has, nothing dropped."""
+    engine = LlamaCppEngine(gguf_lm, n_ctx=1024)
+    try:
+        engine.prefill([100, 200, 300])
+        opened = LlamaCppEngine._open
+
+        def no_f16(self: LlamaCppEngine, kv: int) -> None:
+            if kv == F16:
+                raise SamchatError("llama.cpp could not create a context (out of memory?)")
+            opened(self, kv)
+
+        monkeypatch.setattr(LlamaCppEngine, "_open", no_f16)
+        engine.plan_read(3, 600)
+        assert engine.kv == Q8_0 and engine.length == 3  # nothing dropped
+        engine.prefill(list(range(400, 1000)))
+        assert engine.length == 603
+    finally:
+        engine.close()
 
 
 @pytest.mark.parametrize("tree", [False, True])
@@ -267,7 +364,8 @@ def test_a_long_prompt_is_read_in_pieces_with_progress_and_can_be_cancelled(
     prompt = session.render(messages)
     piece = session.engine.prefill_chunk
     assert len(prompt) > 2 * piece
-    whole = LlamaCppEngine(gguf_lm, n_ctx=2048)
+    assert len(prompt) > LONG_READ  # the chat's cache is F16
+    whole = LlamaCppEngine(gguf_lm, n_ctx=2048, kv=F16)
     try:
         whole.prefill(prompt[:-1])  # one call: llama.cpp's own micro-batches
         one_read = whole.forward([prompt[-1]])
@@ -280,6 +378,7 @@ def test_a_long_prompt_is_read_in_pieces_with_progress_and_can_be_cancelled(
     assert [(e.done, e.total) for e in reading[:2]] == [(0, total), (piece, total)]
     assert reading[-1].done == total and all(e.total == total for e in reading)
     assert max(events.index(e) for e in reading) < first_text
+    assert session.engine.kv == F16
     assert np.array_equal(session.prefill_logits(messages), one_read[0])
     reply = [t for e in events if isinstance(e, TextDelta) for t in e.token_ids]
 

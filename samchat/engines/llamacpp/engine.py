@@ -28,10 +28,20 @@ if TYPE_CHECKING:
     from samchat.engines.layout import TreeLayout
 
 MAX_SEQ = 64  # leaves of one draft tree (trees hold at most 64 nodes)
-KV_TYPE = 8  # GGML_TYPE_Q8_0
+# The cache's type, under flash attention. With Q8_0 every query takes the one-row path, so a
+# row does not depend on its batch. An F16 cache reads a long prompt twice as fast, tiling 64+
+# queries (docs/benchmarks.md), and its rows equal one-token decoding's bit for bit if no
+# forward that decoding is compared with has 64 rows or more (MAX_ROWS) and none has one row:
+# a lone query on 2+ threads splits the cache between them and sums in another order, so a
+# one-token forward gets a throwaway second row there, in a sequence of its own. That step
+# costs more than Q8_0's, so only a conversation that opens with a long read takes F16.
+Q8_0, F16 = 8, 1  # GGML types
+LONG_READ = 256  # tokens read into an empty cache from which it is F16
+MAX_ROWS = 63
+PAD_SEQ = 1  # the throwaway row's sequence (a tree's leaves use it only during a tree forward)
 MAX_BATCH = 2048  # tokens per llama_decode (a prefill chunk)
-# A session's prefill pieces: every row's arithmetic here is the same in any batch (see the
-# cache type below), so small pieces change no result and keep a long prompt cancellable.
+# A session's prefill pieces, small to keep a long prompt cancellable; the same pieces whatever
+# came before them (see _flush), so plain and speculative decoding read a prompt alike.
 PREFILL_PIECE = 256
 # The cost curve is measured after 256 cached tokens and again after each of these (where the
 # model's context allows): verification after a long context costs relatively more, and most
@@ -43,42 +53,25 @@ LONG_CONTEXTS = (768, 2048)
 class LlamaCppEngine:
     name = "llamacpp"
     prefill_chunk = PREFILL_PIECE
+    exact_rows = MAX_ROWS
 
-    def __init__(self, lm: Any, n_ctx: int | None = None, cache_dir: Path | None = None) -> None:
+    def __init__(
+        self, lm: Any, n_ctx: int | None = None, cache_dir: Path | None = None, kv: int = Q8_0
+    ) -> None:
         self.lm = lm
         self.cache_dir = cache_dir  # where measured costs are kept (None: this process only)
         self.weights = lm.model
         self.device_type = "cpu"
         self.plain_reason: str | None = self.weights.plain_reason
         self.tree_reason: str | None = None
-        self.inexact_reason: str | None = None  # rows equal one-token decoding (Q8_0 cache)
+        self.inexact_reason: str | None = None  # rows equal one-token decoding (see Q8_0, F16)
         lib = llama()
         self._lib = lib
         self.n_vocab = int(self.weights.n_vocab)
-        params = lib.llama_context_default_params()
-        params.n_ctx = int(n_ctx or lm.context_limit)
-        params.n_batch = MAX_BATCH
-        params.n_ubatch = 512
-        params.n_seq_max = MAX_SEQ
-        params.kv_unified = True  # all sequences share one cache: a tree's leaves share cells
-        params.n_threads = params.n_threads_batch = threads()
-        params.no_perf = True
-        # A Q8_0 cache keeps every attention on flash attention's one-row path, whose result
-        # for a token does not depend on the batch it is in. With an F16 or F32 cache, llama.cpp
-        # splits one-token attention over the cache across threads (from 512 cells) and tiles
-        # batches of 64+ queries: verification and plain decoding then round differently
-        # (logits apart by up to 0.9, measured) and greedy outputs diverged.
-        params.type_k = params.type_v = KV_TYPE
-        params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        ctx = lib.llama_init_from_model(self.weights.handle, params)
-        if not ctx:
-            raise SamchatError(
-                f"llama.cpp could not create a context of {params.n_ctx} tokens for "
-                f"{self.weights.path.name} (out of memory?); close other programs or pick a "
-                "smaller model"
-            )
-        self._ctx = ctx
-        self._mem = lib.llama_get_memory(ctx)
+        self._n_ctx = int(n_ctx or lm.context_limit)
+        self._split = threads() > 1  # a lone query's attention would be split (see F16)
+        self._ctx = None
+        self._open(kv)
         self._batch = lib.llama_batch_init(MAX_BATCH, 0, MAX_SEQ)
         b = self._batch
         self._tok = np.ctypeslib.as_array(b.token, shape=(MAX_BATCH,))
@@ -94,7 +87,49 @@ class LlamaCppEngine:
         self._backlog: list[int] = []
         self._tree: _TreeBatch | None = None  # the last tree forward, until commit or crop
 
+    def _open(self, kv: int) -> None:
+        """A new, empty context whose cache has type kv."""
+        lib = self._lib
+        params = lib.llama_context_default_params()
+        params.n_ctx = self._n_ctx
+        params.n_batch = MAX_BATCH
+        params.n_ubatch = 512
+        params.n_seq_max = MAX_SEQ
+        params.kv_unified = True  # all sequences share one cache: a tree's leaves share cells
+        params.n_threads = params.n_threads_batch = threads()
+        params.no_perf = True
+        params.type_k = params.type_v = kv
+        params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        ctx = lib.llama_init_from_model(self.weights.handle, params)
+        if not ctx:
+            raise SamchatError(
+                f"llama.cpp could not create a context of {params.n_ctx} tokens for "
+                f"{self.weights.path.name} (out of memory?); close other programs or pick a "
+                "smaller model"
+            )
+        if self._ctx:
+            lib.llama_free(self._ctx)
+        self._ctx = ctx
+        self._mem = lib.llama_get_memory(ctx)
+        self.kv = kv
+
     # -- cache --------------------------------------------------------------------------------
+
+    def plan_read(self, cached: int, new: int) -> None:
+        """Before a prompt's `new` tokens are read after `cached` kept ones: a conversation
+        that opens with a long read takes an F16 cache, any other Q8_0 (see Q8_0, F16). A
+        switch empties the cache, so it is made only while it holds less than one piece."""
+        want = F16 if new >= LONG_READ else Q8_0
+        if want == self.kv or cached >= PREFILL_PIECE:
+            return
+        try:
+            self._open(want)
+        except SamchatError:
+            if want == F16:  # twice Q8_0's memory: where it does not fit, read at Q8_0's pace
+                return
+            raise
+        self._backlog = []
+        self._tree = None
 
     @property
     def _cells(self) -> int:
@@ -124,8 +159,20 @@ class LlamaCppEngine:
     # -- forwards -----------------------------------------------------------------------------
 
     def _decode(self, n: int) -> None:
-        self._batch.n_tokens = n
+        pad = n == 1 and self._split and self.kv == F16
+        if pad:  # the throwaway second row (see F16)
+            self._tok[1], self._pos[1], self._nseq[1], self._out[1] = (
+                self._tok[0],
+                self._pos[0],
+                1,
+                0,
+            )
+            self._seq[1][0] = PAD_SEQ
+            self._tree_rows = max(self._tree_rows, 2)  # its sequence id is reset before reuse
+        self._batch.n_tokens = n + pad
         rc = self._lib.llama_decode(self._ctx, self._batch)
+        if pad:
+            self._lib.llama_memory_seq_rm(self._mem, PAD_SEQ, -1, -1)
         if rc != 0:
             if rc == 1:
                 raise SamchatError(
@@ -152,7 +199,18 @@ class LlamaCppEngine:
             row[0] = 0
         self._tree_rows = 0
 
+    def _flush(self, n: int) -> None:
+        """Decode the backlog alone where it and the next n rows would exceed MAX_ROWS: its
+        rows must come out as one-token decoding's would (and a prefill's pieces stay the
+        same whatever backlog decoding left)."""
+        back = self._backlog
+        if back and len(back) + n > MAX_ROWS and self.kv == F16:
+            self._fill(back, self._cells, outputs=0)
+            self._decode(len(back))
+            self._backlog = []
+
     def prefill(self, ids: list[int], logits: int = 0) -> Logits | None:
+        self._flush(len(ids))
         todo = self._backlog + ids
         nb = len(self._backlog)
         start = self._cells
@@ -178,6 +236,7 @@ class LlamaCppEngine:
 
     def forward(self, ids: list[int], layout: TreeLayout | None = None) -> Logits:
         n = len(ids)
+        self._flush(n)
         back = self._backlog
         if n + len(back) > MAX_BATCH:
             raise SamchatError(f"a forward takes at most {MAX_BATCH} tokens, got {n + len(back)}")

@@ -52,6 +52,7 @@ class TorchEngine:
     # A prompt of up to this many tokens is one forward, as in transformers' generate() (the
     # reference the tests compare with); pieces would round differently on this engine.
     prefill_chunk = 2048
+    exact_rows = 64  # a draft tree's most nodes, with its root
 
     def __init__(self, lm: Any, cache_dir: Path | None = None, steps: str | None = None) -> None:
         """steps: "dynamic" (every step its own shapes), "graphs" (fixed shapes replayed as
@@ -108,6 +109,9 @@ class TorchEngine:
     def crop(self, length: int) -> None:
         with torch.inference_mode():  # the cache's tensors were made in it
             self._kv.crop(length)
+
+    def plan_read(self, cached: int, new: int) -> None:
+        """One cache layout for every read."""
 
     def _run(
         self,
