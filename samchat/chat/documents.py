@@ -84,11 +84,4 @@ def import_documents(path: str, store_path: Path, progress: Callable[[int, int, 
         store.close()
     for skipped, reason in summary.skipped:
         progress(1, 1, f"skipped {skipped.name}: {reason}")
-    parts = [f"imported {len(summary.documents)} documents"]
-    if summary.chats:
-        parts.append(f"{summary.chats} chats")
-    if summary.duplicates:
-        parts.append(f"{len(summary.duplicates)} already there")
-    if summary.skipped:
-        parts.append(f"{len(summary.skipped)} skipped")
-    return ", ".join(parts) + f" in {summary.seconds:.1f} s"
+    return summary.describe()

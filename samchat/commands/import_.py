@@ -47,28 +47,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def print_summary(summary: ImportSummary) -> None:
     for path, reason in summary.skipped:
         err_console.print(f"skipped {escape(str(path))}: {escape(reason)}")
-    secs = max(summary.seconds, 1e-9)
-    docs = len(summary.documents)
-    line = f"imported {docs} document{'s' * (docs != 1)}"
-    if summary.tokens:
-        line += f" ({summary.tokens:,} tokens)"
-    if summary.chats:
-        line += f" and {summary.chats} chats ({summary.messages} messages)"
-    line += f" in {summary.seconds:.2f}s"
-    if docs:
-        line += f": {docs / secs:.1f} docs/s"
-        if summary.tokens:
-            line += f", {summary.tokens / secs:,.0f} tokens/s"
-    extras = []
-    if summary.duplicates:
-        extras.append(f"{len(summary.duplicates)} already imported")
-    if summary.replaced:
-        extras.append(f"{len(summary.replaced)} older versions replaced")
-    if summary.skipped:
-        extras.append(f"{len(summary.skipped)} skipped")
-    if extras:
-        line += f" ({', '.join(extras)})"
-    err_console.print(line)
+    err_console.print(summary.describe(rates=True))
 
 
 def import_and_index(

@@ -37,6 +37,29 @@ class ImportSummary:
     def imported_anything(self) -> bool:
         return bool(self.documents or self.chats)
 
+    def describe(self, rates: bool = False) -> str:
+        """One line for the user (the CLI and the TUI alike); rates adds tokens and speeds."""
+        docs = len(self.documents)
+        line = f"imported {docs} document{'s' * (docs != 1)}"
+        if rates and self.tokens:
+            line += f" ({self.tokens:,} tokens)"
+        if self.chats:
+            line += f" and {self.chats} chats ({self.messages} messages)"
+        line += f" in {self.seconds:.2f}s"
+        secs = max(self.seconds, 1e-9)
+        if rates and docs:
+            line += f": {docs / secs:.1f} docs/s"
+            if self.tokens:
+                line += f", {self.tokens / secs:,.0f} tokens/s"
+        extras = []
+        if self.duplicates:
+            extras.append(f"{len(self.duplicates)} already imported")
+        if self.replaced:
+            extras.append(f"{len(self.replaced)} older versions replaced")
+        if self.skipped:
+            extras.append(f"{len(self.skipped)} skipped")
+        return line + (f" ({', '.join(extras)})" if extras else "")
+
 
 Chain = list[tuple[Path, Any]]  # (directory, its .gitignore as a pathspec.GitIgnoreSpec)
 

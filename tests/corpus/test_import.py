@@ -10,7 +10,7 @@ from pdf_sample import make_pdf
 from test_chatgpt import export_with_branch
 
 from samchat.cli import main
-from samchat.corpus.importer import import_paths
+from samchat.corpus.importer import ImportSummary, import_paths
 from samchat.errors import ImportFailed
 from samchat.store import Store
 
@@ -185,3 +185,21 @@ def test_folder_imports_honour_gitignore(tmp_path: Path) -> None:
         # A file named explicitly is taken, ignored or not.
         again = import_paths(store, [docs / "run.log"])
         assert [p.name for p, _ in again.documents] == ["run.log"]
+
+
+def test_one_import_summary_for_the_cli_and_the_app() -> None:
+    """The CLI adds tokens and speeds; both name duplicates and skipped files alike."""
+    summary = ImportSummary(
+        documents=[(Path("a.md"), 1), (Path("b.md"), 2)],
+        duplicates=[Path("c.md")],
+        skipped=[(Path("d.bin"), "binary")],
+        tokens=1000,
+        seconds=0.5,
+    )
+    tail = " (1 already imported, 1 skipped)"
+    assert summary.describe() == "imported 2 documents in 0.50s" + tail
+    assert summary.describe(rates=True) == (
+        "imported 2 documents (1,000 tokens) in 0.50s: 4.0 docs/s, 2,000 tokens/s" + tail
+    )
+    one = ImportSummary(documents=[(Path("a.md"), 1)], chats=2, messages=9, seconds=1.0)
+    assert one.describe() == "imported 1 document and 2 chats (9 messages) in 1.00s"
