@@ -40,6 +40,15 @@ def _pin_worker() -> None:
 
 
 _pin_worker()
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: a worker per core this run may use (psutil would count the machine's)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
 if "SAMCHAT_MODEL_CACHE" not in os.environ:
     from platformdirs import user_cache_dir
 
