@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-
-from samchat.cli import main
+from samchat.entry import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -11,15 +11,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from samchat import __version__
+from samchat import __version__, interrupts
 from samchat import commands as commands_pkg
 from samchat.cli_options import add_data_dir_option, add_model_options
 from samchat.errors import SamchatError
+from samchat.interrupts import EXIT_INTERRUPTED
 
 EXIT_OK = 0
 EXIT_ERROR = 1  # a SamchatError (bad input, missing model, corrupt file) or a bug
 EXIT_USAGE = 2  # argparse's exit status for a bad command line; an unknown command too
-EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 
 
 def command_names() -> set[str]:
@@ -134,6 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             from samchat.tui.launch import run_tui
 
+            interrupts.uninstall()  # the app reads Ctrl-C as a key; a forced exit would
+            # leave the terminal in the app's mode
+
             return run_tui(args)
         _report_progress_lines()
         result: int = args.func(args)
@@ -142,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        interrupts.say_cancelled()
         return EXIT_INTERRUPTED
     except ModuleNotFoundError as exc:  # a broken install, not a bug in samchat
         if os.environ.get("SAMCHAT_DEBUG"):
@@ -166,4 +169,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from samchat.entry import run
+
+    run()

@@ -58,7 +58,7 @@ def free_port() -> int:
 
 def start_server(env: dict[str, str], engine: str, method: str, log: Path) -> tuple[Any, str]:
     port = free_port()
-    cmd = [sys.executable, "-m", "samchat.cli", "serve", "--port", str(port)]
+    cmd = [sys.executable, "-m", "samchat", "serve", "--port", str(port)]
     cmd += ["--engine", engine, "--method", method]
     with log.open("w") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)

@@ -159,7 +159,7 @@ def samchat_env(home: Path, first_use: bool) -> dict[str, str]:
 
 def samchat_cmd(gguf: Path, max_new_tokens: int) -> list[str]:
     return [
-        sys.executable, "-m", "samchat.cli", "--model", str(gguf), "ask", "-",
+        sys.executable, "-m", "samchat", "--model", str(gguf), "ask", "-",
         "--no-save", "--temperature", "0", "--max-new-tokens", str(max_new_tokens),
     ]  # fmt: skip
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from samchat import interrupts
 from samchat.cli_options import (
     add_data_dir_option,
     add_model_options,
@@ -30,6 +31,7 @@ from samchat.decoding.params import (
     to_mapping,
 )
 from samchat.errors import SamchatError
+from samchat.interrupts import EXIT_INTERRUPTED
 from samchat.remote import REMOTE
 
 if TYPE_CHECKING:
@@ -230,11 +232,13 @@ def run(args: argparse.Namespace) -> int:
                 title=chat_title(question),
             )
             record = _stream(args, generator, reply, settings.sampling)
-            if record is None:
-                return 130
             if record.notice:
                 _note(record.notice)
-            reply_id = service.finish(reply, record)
+            reply_id = service.finish(reply, record)  # a cancelled reply is kept as it stands
+            if interrupts.interrupted():
+                saved = f"the partial reply is saved in chat {reply.chat_id}"
+                interrupts.say_cancelled(saved if reply_id is not None else "")
+                return EXIT_INTERRUPTED
             if index is not None:
                 index.sync()  # the finished turn grows the static index
         finally:
@@ -251,18 +255,20 @@ def run(args: argparse.Namespace) -> int:
     if args.stats:
         _print_stats(record)
     if generator.curve_missing():
-        _time_machine(generator)
+        return _time_machine(generator)
     return 0
 
 
-def _time_machine(generator: Replies) -> None:
+def _time_machine(generator: Replies) -> int:
     """After the first answer with a model, time this machine once so that later replies
-    draft; the answer is already out and saved, so Ctrl-C only skips it."""
+    draft; the answer is already out and saved, so Ctrl-C only skips it (exit 130)."""
     _note("timing drafts on this CPU once, so that later replies draft (Ctrl-C skips)")
     try:
         generator.measure_cost_curve()
     except KeyboardInterrupt:
-        _note("skipped; the next reply times it")
+        interrupts.say_cancelled("timing skipped; the next reply times it")
+        return EXIT_INTERRUPTED
+    return 0
 
 
 class _Reading:
@@ -293,14 +299,16 @@ class _Reading:
 
 def _stream(
     args: argparse.Namespace, generator: Replies, reply: PendingReply, sampling: SamplingParams
-) -> ReplyRecord | None:
-    """The reply streamed to stdout (unless --json); its ReplyRecord, None if interrupted."""
+) -> ReplyRecord:
+    """The reply streamed to stdout (unless --json), and its ReplyRecord. Ctrl-C sets the
+    reply's cancel event (samchat.interrupts): the engine, or the remote read, stops at its
+    next step and the record says "cancelled"."""
     from samchat.chat.service import ReplyRecord, stream_reply
     from samchat.decoding import PrefillProgress, TextDelta
 
     cancel = threading.Event()
     reading = _Reading()
-    try:
+    with interrupts.cancel_on_interrupt(cancel):
         for event in stream_reply(generator, reply, sampling, cancel):
             if isinstance(event, PrefillProgress):
                 reading.update(event.done, event.total)
@@ -309,15 +317,12 @@ def _stream(
             if isinstance(event, ReplyRecord):
                 if not args.json:
                     sys.stdout.write("\n")
+                    sys.stdout.flush()
                 return event
             if isinstance(event, TextDelta) and not args.json:
                 sys.stdout.write(event.text)
                 sys.stdout.flush()
-    except KeyboardInterrupt:
-        cancel.set()
-        reading.end()
-        print("\n[cancelled]", file=sys.stderr)
-    return None
+    raise SamchatError("the decoder stopped without finishing the reply")
 
 
 def _answer(reply: PendingReply, reply_id: int | None, record: ReplyRecord) -> dict[str, Any]:

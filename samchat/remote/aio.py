@@ -30,7 +30,7 @@ async def _unless_cancelled(step: Awaitable[T], cancelled: Callable[[], bool]) -
     while not task.done():
         if cancelled():
             task.cancel()
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(Exception, asyncio.CancelledError):  # not a Ctrl-C
                 await task
             raise Cancelled
         await asyncio.wait({task}, timeout=POLL_S)
@@ -58,15 +58,21 @@ class PrivateLoop:
         return self.loop.run_until_complete(task)
 
     def __exit__(self, *exc: object) -> None:
+        # Cleanup failures are not the caller's problem; a Ctrl-C during cleanup is, so it
+        # propagates (Exception and CancelledError only are suppressed here).
         loop = self.loop
-        with contextlib.suppress(BaseException):
-            left = asyncio.all_tasks(loop)  # whatever a Ctrl-C left running
-            for task in left:
-                task.cancel()
-            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-        for closer in reversed(self._closers):
-            with contextlib.suppress(BaseException):
-                loop.run_until_complete(closer())
-        with contextlib.suppress(BaseException):
-            loop.run_until_complete(loop.shutdown_default_executor())  # its DNS thread
-        loop.close()
+        quiet = (Exception, asyncio.CancelledError)
+        try:
+            with contextlib.suppress(*quiet):
+                left = asyncio.all_tasks(loop)  # whatever a Ctrl-C left running
+                for task in left:
+                    task.cancel()
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            for closer in reversed(self._closers):
+                with contextlib.suppress(*quiet):
+                    loop.run_until_complete(closer())
+            with contextlib.suppress(*quiet):
+                loop.run_until_complete(loop.shutdown_default_executor())  # its DNS thread
+        finally:
+            with contextlib.suppress(RuntimeError):  # still running: a Ctrl-C stopped it mid-run
+                loop.close()

@@ -8,7 +8,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -19,14 +19,16 @@ import uvicorn
 from samchat.errors import SamchatError
 from samchat.serve.app import ServeApp
 from samchat.serve.history import History
-from samchat.serve.worker import EngineWorker
+from samchat.serve.worker import EngineWorker, Idle
 
 if TYPE_CHECKING:
+    from samchat.chat.generator import Generator
     from samchat.decoding.params import DecodingConfig
     from samchat.models.loader import LoadedModel
 
-# Seconds the server waits for open connections at shutdown (in-flight replies are cancelled).
-SHUTDOWN_GRACE_S = 5
+# Seconds the server waits for open connections at shutdown: in-flight replies are cancelled
+# at once, so this only bounds a client that is slow to read the end (Ctrl-C: within 2 s).
+SHUTDOWN_GRACE_S = 1
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,29 @@ def _nothing() -> None:
     pass
 
 
+def _timer(generator: Generator) -> Idle:
+    """The engine thread's idle work: time this machine once, after a plain first reply."""
+    from samchat.engines.cost import MeasurementCancelled
+
+    def time_machine(wanted: Callable[[], bool]) -> None:
+        if not generator.curve_missing():
+            return
+        print("[timing drafts on this CPU once, between requests]", file=sys.stderr, flush=True)
+        try:
+            generator.measure_cost_curve(wanted)
+        except MeasurementCancelled:
+            print(
+                "[timing paused for a request; it resumes when idle]", file=sys.stderr, flush=True
+            )
+            return
+        except SamchatError as exc:  # replies stay plain, and the next idle spell tries again
+            print(f"[timing drafts failed: {exc}]", file=sys.stderr, flush=True)
+            return
+        print("[timed: replies draft from now on]", file=sys.stderr, flush=True)
+
+    return time_machine
+
+
 def serve(
     lm: LoadedModel,
     sock: socket.socket,
@@ -122,11 +147,17 @@ def serve(
     indexer = start_indexer(lm, db_path, index_failed)
     worker: EngineWorker | None = None
     try:
-        generator = Generator(lm, options.decoding, indexer, cache_dir=cache_dir)
-        generator.prepare()  # the cost curve now, not in the first reply
+        # Listening comes first: an untimed machine answers plainly, and is timed between
+        # requests after the first reply (a request that comes meanwhile pauses the timing).
+        generator = Generator(
+            lm, options.decoding, indexer, cache_dir=cache_dir, measure_first=False
+        )
+        generator.prepare()
         poke = indexer.poke if indexer is not None else _nothing  # None: a model without tokenizer
         history = History(db_path, lm.name, poke) if options.save else None
-        worker = EngineWorker(lambda m, p, c: generator.session().generate(m, p, c), history)
+        worker = EngineWorker(
+            lambda m, p, c: generator.session().generate(m, p, c), history, _timer(generator)
+        )
         worker.start()
         app = ServeApp(worker, lm.name, lm.context_limit, options.api_key).starlette()
         config = uvicorn.Config(

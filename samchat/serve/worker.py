@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 STREAM_FLUSH_S = 0.025
 
 Generate = Callable[[list[Message], "SamplingParams", threading.Event], Iterator["Event"]]
+# Work for the engine thread between requests; it stops when its argument returns True.
+Idle = Callable[[Callable[[], bool]], None]
 
 
 class Saver(Protocol):
@@ -75,9 +77,12 @@ class Job:
 class EngineWorker:
     """Runs jobs one at a time in its own thread."""
 
-    def __init__(self, generate: Generate, saver: Saver | None = None) -> None:
+    def __init__(
+        self, generate: Generate, saver: Saver | None = None, idle: Idle | None = None
+    ) -> None:
         self._generate = generate
         self._saver = saver
+        self._idle = idle
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._current: Job | None = None
         self._stopping = False
@@ -127,9 +132,15 @@ class EngineWorker:
                     self._serve(job)
                 finally:
                     self._current = None
+                if self._idle is not None and self._jobs.empty() and not self._stopping:
+                    self._idle(self._wanted)
         finally:
             if self._saver is not None:
                 self._saver.close()  # its store connection belongs to this thread
+
+    def _wanted(self) -> bool:
+        """Idle work gives way: a request waits, or the server stops."""
+        return self._stopping or not self._jobs.empty()
 
     def _serve(self, job: Job) -> None:
         from samchat.chat.record import ReplyRecorder

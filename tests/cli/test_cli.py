@@ -22,7 +22,7 @@ def samchat(
     if home is not None:
         env["SAMCHAT_DATA_DIR"] = str(home / "data")
     return subprocess.run(
-        [sys.executable, *(["-X", "importtime"] if importtime else []), "-m", "samchat.cli", *args],
+        [sys.executable, *(["-X", "importtime"] if importtime else []), "-m", "samchat", *args],
         input=stdin,
         capture_output=True,
         text=True,

@@ -30,7 +30,7 @@ def env_for(home: Path) -> dict[str, str]:
 
 def samchat(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "samchat.cli", *args],
+        [sys.executable, "-m", "samchat", *args],
         capture_output=True,
         text=True,
         env=env_for(home),
@@ -81,7 +81,7 @@ def _as_from_a_terminal() -> None:
 
 def test_ctrl_c_exits_130(tmp_path: Path) -> None:
     """`samchat rm` waits at its confirmation prompt (a terminal on stdin); Ctrl-C there ends
-    it with 130 and one `interrupted` line, and nothing is deleted."""
+    it with 130 and one `[cancelled]` line, and nothing is deleted."""
     import pty
 
     (tmp_path / "data").mkdir(mode=0o700)
@@ -89,7 +89,7 @@ def test_ctrl_c_exits_130(tmp_path: Path) -> None:
         chat_id = store.create_chat("keep me")
     master, slave = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "samchat.cli", "rm", str(chat_id)],
+        [sys.executable, "-m", "samchat", "rm", str(chat_id)],
         stdin=slave,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -119,7 +119,7 @@ def test_ctrl_c_exits_130(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130
-    assert err.decode().strip().splitlines()[-1] == "interrupted"
+    assert err.decode().strip().splitlines()[-1] == "[cancelled]"
     with Store.open(tmp_path / "data" / "samchat.db") as store:
         assert store.chat(chat_id).title == "keep me"
 

@@ -16,7 +16,7 @@ LICENSES = Path("/usr/share/common-licenses")
 def _samchat(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "samchat.cli", *args],
+        [sys.executable, "-m", "samchat", *args],
         env=env,
         capture_output=True,
         text=True,

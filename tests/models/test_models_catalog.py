@@ -110,7 +110,7 @@ def env_for(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def samchat(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "samchat.cli", *args],
+        [sys.executable, "-m", "samchat", *args],
         capture_output=True,
         text=True,
         env=env,

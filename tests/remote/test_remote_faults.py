@@ -148,7 +148,7 @@ def test_a_cancel_does_not_wait_for_a_silent_server() -> None:
 def test_ctrl_c_in_ask_stops_a_stalled_reply(tmp_path: Path) -> None:
     with stalling_server() as where:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "samchat.cli", "--model", f"openai:http://{where}/v1",
+            [sys.executable, "-m", "samchat", "--model", f"openai:http://{where}/v1",
              "ask", "hi"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
@@ -156,7 +156,13 @@ def test_ctrl_c_in_ask_stops_a_stalled_reply(tmp_path: Path) -> None:
         assert proc.stdout.read(5) == "Hello"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=20)
-    assert proc.returncode == 130 and "[cancelled]" in err and "Traceback" not in err
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("[cancelled: the partial reply is saved")
+    with Store.open(data_db()) as store:  # the question, and the words that came, kept
+        (chat,) = store.chats()
+        question, reply = store.thread(chat.id)
+    assert question.content == "hi" and reply.content.startswith("Hello")
+    assert reply.finish_reason == "cancelled"
 
 
 @pytest.mark.model

@@ -359,7 +359,7 @@ def test_two_processes_flush_and_merge_concurrently(opened: Opened, tmp_path: Pa
 
 def _samchat() -> list[str]:
     script = shutil.which("samchat", path=str(Path(sys.executable).parent))
-    return [script] if script else [sys.executable, "-m", "samchat.cli"]
+    return [script] if script else [sys.executable, "-m", "samchat"]
 
 
 def _wait_for(path: Path, text: str, proc: subprocess.Popen[bytes], timeout: float) -> None:

@@ -50,7 +50,7 @@ class Server:
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.log = home / "serve.log"
         home.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "samchat.cli", "serve", "--port", str(self.port), *args]
+        cmd = [sys.executable, "-m", "samchat", "serve", "--port", str(self.port), *args]
         if api_key:
             cmd += ["--api-key", api_key]
         with self.log.open("w") as log:
@@ -118,7 +118,7 @@ class Server:
 def ask(home: Path, prompt: str, *args: str) -> str:
     """`samchat ask`'s reply (stdout without the newline it ends with)."""
     result = subprocess.run(
-        [sys.executable, "-m", "samchat.cli", "ask", prompt, "--no-save", *args],
+        [sys.executable, "-m", "samchat", "ask", prompt, "--no-save", *args],
         capture_output=True,
         text=True,
         env=home_env(home),

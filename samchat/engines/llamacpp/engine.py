@@ -21,7 +21,14 @@ import numpy as np
 
 from samchat.engines.base import Logits
 from samchat.engines.cost import CURVES, CostCurve, measure_engine
-from samchat.engines.llamacpp.model import llama, system_info, threads, version
+from samchat.engines.llamacpp.model import (
+    has_pending,
+    llama,
+    raise_pending,
+    system_info,
+    threads,
+    version,
+)
 from samchat.errors import SamchatError
 
 if TYPE_CHECKING:
@@ -101,6 +108,9 @@ class LlamaCppEngine:
         params.type_k = params.type_v = kv
         params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
         ctx = lib.llama_init_from_model(self.weights.handle, params)
+        if ctx and has_pending():
+            lib.llama_free(ctx)
+            raise_pending()
         if not ctx:
             raise SamchatError(
                 f"llama.cpp could not create a context of {params.n_ctx} tokens for "
@@ -173,6 +183,7 @@ class LlamaCppEngine:
         rc = self._lib.llama_decode(self._ctx, self._batch)
         if pad:
             self._lib.llama_memory_seq_rm(self._mem, PAD_SEQ, -1, -1)
+        raise_pending()
         if rc != 0:
             if rc == 1:
                 raise SamchatError(

@@ -17,6 +17,22 @@ from samchat.errors import ModelLoadError
 log = logging.getLogger(__name__)
 _INIT = threading.Lock()
 _READY: list[Any] = []  # the log callback, kept alive while llama.cpp may call it
+# A Ctrl-C that lands in the log callback: ctypes would print it and drop it (the C call goes
+# on as if nothing happened), so the callback keeps it and the caller raises it on return.
+_PENDING: list[BaseException] = []
+
+
+def has_pending() -> bool:
+    return bool(_PENDING)
+
+
+def raise_pending() -> None:
+    """Raise the KeyboardInterrupt (or other exception) that llama.cpp's log callback caught
+    during the C call that just returned."""
+    if _PENDING:
+        exc = _PENDING[0]
+        _PENDING.clear()
+        raise exc
 
 
 def unavailable_reason() -> str | None:
@@ -38,12 +54,16 @@ def llama() -> Any:
 
             @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
             def _log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
-                if level in (2, 3):  # warnings and errors; info and debug are noise here
-                    log.debug("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+                try:
+                    if level in (2, 3):  # warnings and errors; info and debug are noise here
+                        log.debug("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+                except BaseException as exc:  # Ctrl-C: kept for raise_pending, not swallowed
+                    _PENDING.append(exc)
 
             llama_cpp.llama_log_set(_log, ctypes.c_void_p(0))
             llama_cpp.llama_backend_init()
             _READY.append(_log)
+    raise_pending()
     return llama_cpp
 
 
@@ -115,6 +135,10 @@ class LlamaWeights:
         params = lib.llama_model_default_params()
         params.n_gpu_layers = 0
         handle = lib.llama_model_load_from_file(str(path).encode(), params)
+        if _PENDING:
+            if handle:
+                lib.llama_model_free(handle)
+            raise_pending()
         if not handle:
             raise ModelLoadError(
                 f"llama.cpp could not load {path.name} (an architecture or type this build "
