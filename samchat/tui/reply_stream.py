@@ -36,8 +36,10 @@ def stream_to(
     gen: Replies,
     sampling: SamplingParams,
     cancelled: Callable[[], bool],
+    timing_stopped: Callable[[], bool] | None = None,
 ) -> None:
-    """In a thread worker; `cancelled()`: the worker was cancelled (the app is closing)."""
+    """In a thread worker; `cancelled()`: the worker was cancelled (the app is closing);
+    `timing_stopped()`: the timing after the reply gives way (Esc, or a new prompt)."""
     try:
         from samchat.decoding.events import PrefillProgress, StepStats, TextDelta
 
@@ -60,7 +62,7 @@ def stream_to(
                     post(CurveTiming(True))
                 post(ReplyFinished(job, ev))
         if timing:
-            time_machine(post, gen, cancelled)
+            time_machine(post, gen, timing_stopped or cancelled)
     except SamchatError as exc:
         post(ReplyFailed(job, str(exc)))
     except Exception as exc:  # a decoder bug must not take the UI down
@@ -70,11 +72,14 @@ def stream_to(
 def time_machine(post: Post, gen: Replies, cancelled: Callable[[], bool]) -> None:
     """After a plain first reply: time this machine once. Closing the app cancels the worker,
     which stops the timing at its next forward."""
+    from samchat.engines.cost import MeasurementCancelled
+
     try:
         gen.measure_cost_curve(cancelled)
-    except SamchatError as exc:  # stopped, or failed: replies stay plain, and say so
-        if not cancelled():
-            post(Notice(f"timing drafts failed: {exc}", "Decoder"))
+    except MeasurementCancelled:  # Esc, a new prompt or the app closing: the next reply times it
+        pass
+    except SamchatError as exc:  # failed: replies stay plain, and say so
+        post(Notice(f"timing drafts failed: {exc}", "Decoder"))
     except Exception as exc:  # a measurement bug must not take the UI down
         post(Notice(f"timing drafts failed: {type(exc).__name__}: {exc}", "Decoder"))
     finally:

@@ -39,11 +39,11 @@ def status_line(
     if preparing:
         parts.append("reading documents…")
     elif pending and timing:
-        parts.append("your prompt waits: timing drafts on this CPU (once)…")
+        parts.append("your prompt waits: timing drafts on this CPU (once; esc answers now)…")
     elif pending:
         parts.append("your prompt waits for the model…")
     elif timing:
-        parts.append("timing drafts on this CPU (once; replies draft after it)…")
+        parts.append("timing drafts on this CPU (once; replies draft after it; esc stops)…")
     elif conversation.job is not None:
         parts.append("generating… (esc stops)")
     return " · ".join(parts)

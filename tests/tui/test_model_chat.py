@@ -377,3 +377,46 @@ async def test_a_first_reply_does_not_wait_for_timing_the_machine(
         assert len(timed) == 1 and not app.chat.conversation.timing
         second = replies(store, app.chat.chat_id)[-1]
         assert second.stats["steps"] < second.stats["tokens"]  # it drafted this time
+
+
+async def test_esc_stops_timing_the_machine_and_the_waiting_prompt_goes_at_once(
+    make_app: Callable[..., SamchatApp],
+    store: Store,
+    default_lm: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Esc while the machine is timed after a first reply stops the timing (nothing is kept:
+    the next reply times it again), and a prompt that waited for it is answered at once,
+    plainly. Closing the app stops the second timing the same way."""
+    from samchat.decoding.session import ChatSession
+    from samchat.engines.cost import MeasurementCancelled
+    from samchat.engines.torch.engine import TorchEngine
+
+    monkeypatch.setattr(TorchEngine, "cached_cost_curve", lambda self: None)
+    started: list[float] = []
+    stopped: list[float] = []
+
+    def measure(self: ChatSession, cancelled: Callable[[], bool] | None = None) -> None:
+        assert cancelled is not None
+        started.append(time.perf_counter())
+        while not cancelled():  # as the real measurement checks between its forwards
+            time.sleep(0.005)
+        stopped.append(time.perf_counter())
+        raise MeasurementCancelled("the caller stopped it")
+
+    monkeypatch.setattr(ChatSession, "measure_cost_curve", measure)
+    app = make_app(lm=default_lm, config=config(8))  # no known curve
+    async with app.run_test(size=(120, 36)) as pilot:
+        await send(pilot, app, "Repeat: the quick brown fox.")
+        await wait_for(pilot, lambda: app.chat.conversation.timing, 120)
+        await send(pilot, app, "Repeat it again: the quick brown fox.")
+        await wait_for(pilot, lambda: app.chat.conversation.pending is not None)
+        assert "esc answers now" in str(app.query_one("#status").render())
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.chat.replies_finished == 2, 120)
+        assert app.chat.chat_id is not None
+        first, second = replies(store, app.chat.chat_id)
+        assert second.content.strip() and second.mat == 1.0  # answered, plainly
+        assert len(stopped) == 1  # the first timing stopped; the second one runs now
+        await wait_for(pilot, lambda: len(started) == 2)
+    assert len(stopped) == 2  # closing the app stopped it too

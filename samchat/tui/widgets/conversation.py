@@ -6,6 +6,7 @@ and the chat screen saves it and hands it back to `settle`."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -64,6 +65,7 @@ class Conversation(Vertical):
         self.job: ReplyJob | None = None  # the reply streaming now (until settled)
         self.pending: ReplyJob | None = None  # a reply waiting for the model
         self.timing = False  # this machine's costs are being measured (after a first reply)
+        self.timing_stop = threading.Event()  # Esc, or a new prompt: the timing gives way
         self.last_live: LiveStats | None = None
 
     def compose(self) -> ComposeResult:
@@ -112,7 +114,7 @@ class Conversation(Vertical):
     def launch(self, job: ReplyJob) -> None:
         generator = self.host.generator
         assert generator is not None
-        if self.timing:  # the model is busy timing this machine: the prompt waits its turn
+        if self.timing:  # the model is busy timing this machine: the prompt waits (Esc: now)
             self.pending = job
             self.post_message(self.Changed())
             return
@@ -123,9 +125,13 @@ class Conversation(Vertical):
         self.run_reply(job, generator, dataclasses.replace(self.host.cfg.sampling))
 
     def stop(self) -> None:
-        """Stop the streaming reply, or drop the one that waits."""
+        """Stop the streaming reply, or the timing of the machine (the next reply times it;
+        a prompt that waited for it goes at once), or drop the prompt that waits."""
         if self.job is not None:
             self.job.cancel.set()
+            return
+        if self.timing:  # a prompt waiting for it goes as soon as it has stopped
+            self.timing_stop.set()
             return
         if self.pending is not None:
             job, self.pending = self.pending, None
@@ -142,7 +148,15 @@ class Conversation(Vertical):
     def run_reply(self, job: ReplyJob, gen: Replies, sampling: SamplingParams) -> None:
         """The chat service's stream, posted back to this widget."""
         worker = get_current_worker()
-        stream_to(self.post_message, job, gen, sampling, lambda: worker.is_cancelled)
+        self.timing_stop.clear()
+        stream_to(
+            self.post_message,
+            job,
+            gen,
+            sampling,
+            lambda: worker.is_cancelled,
+            lambda: worker.is_cancelled or self.timing_stop.is_set(),
+        )
 
     async def on_reply_delta(self, msg: ReplyDelta) -> None:
         msg.job.live.on_delta(msg.n, msg.sources, msg.t)
