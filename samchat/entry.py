@@ -17,8 +17,9 @@ def run() -> None:
     except KeyboardInterrupt:  # during the imports above, before main's own handling
         interrupts.say_cancelled()
         code = interrupts.EXIT_INTERRUPTED
-    if code == interrupts.EXIT_INTERRUPTED:
-        interrupts.exit_now(code)  # no teardown: freeing a model can take seconds
+    if code == interrupts.EXIT_INTERRUPTED or interrupts.interrupted():
+        # No teardown: freeing a model can take seconds, or crash under a thread still in it.
+        interrupts.exit_now(code)
     sys.exit(code)
 
 

@@ -100,6 +100,9 @@ class ClockedEngine:
     def plan_read(self, cached: int, new: int) -> None:
         pass
 
+    def stop_reading(self) -> None:
+        pass
+
     def prefill(self, ids: list[int], logits: int = 0) -> Logits | None:
         self.last = len(ids)
         self.read += len(ids)

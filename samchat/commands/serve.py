@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from samchat import paths
+from samchat import interrupts, paths
 from samchat.cli_options import (
     add_data_dir_option,
     add_model_options,
@@ -95,7 +95,9 @@ def run(args: argparse.Namespace) -> int:
             recent=recent_file(db_path.parent),
         )
         options = ServeOptions(args.host, args.port, args.api_key, args.save, decoding)
-        serve(lm, sock, options, db_path, paths.cache_dir())
+        stopped = serve(lm, sock, options, db_path, paths.cache_dir())
     finally:
         sock.close()
+    if not stopped:  # freeing the model under the engine's step would crash the interpreter
+        interrupts.exit_now(0)
     return 0

@@ -31,6 +31,7 @@ from samchat.decoding.reply import Reply
 from samchat.decoding.sampling import Sampler
 from samchat.decoding.tree import DraftTree
 from samchat.engines import Engine, Logits, open_engine
+from samchat.engines.base import ReadStopped
 from samchat.engines.cost import CostCurve, CostTracker
 from samchat.errors import SamchatError
 from samchat.messages import Message
@@ -353,17 +354,25 @@ class ChatSession:
         shown = total > self._engine.prefill_chunk  # several pieces: progress is worth it
         stopped = False
         reading = self._read(prompt, self._prompt_logit_rows(drafting))
+        watch = _StopReading(self._engine, cancel) if shown and cancel is not None else None
         try:
             if shown:
                 yield PrefillProgress(0, total)
-            # Checked before each piece: a cancel seen after a progress event reads no more.
+            # Checked before each piece: a cancel seen after a progress event reads no more;
+            # one that comes during a piece stops it midway where the engine can.
             while not (stopped := cancel is not None and cancel.is_set()):
-                done = next(reading, None)
+                try:
+                    done = next(reading, None)
+                except ReadStopped:
+                    stopped = True
+                    break
                 if done is None:
                     break
                 if shown:
                     yield PrefillProgress(done, total)
         finally:
+            if watch is not None:
+                watch.close()
             reading.close()  # a cancelled read keeps the pieces read
         if stopped:
             drafting = None
@@ -583,3 +592,27 @@ def _make_recycling(lm: SessionModel, cache_dir: Path | None) -> Drafter | None:
     from samchat.decoding.recycling import TokenRecyclingDrafter
 
     return TokenRecyclingDrafter.for_model(lm, cache_dir)
+
+
+class _StopReading:
+    """While a long prompt is read: a cancel stops the piece in progress (Engine.stop_reading),
+    not only the next one, so a stop never waits for a whole piece."""
+
+    POLL_S = 0.02
+
+    def __init__(self, engine: Engine, cancel: threading.Event) -> None:
+        self._done = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(engine, cancel), name="samchat-stop-reading", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, engine: Engine, cancel: threading.Event) -> None:
+        while not self._done.is_set():
+            if cancel.wait(self.POLL_S):
+                engine.stop_reading()
+                return
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join()

@@ -22,6 +22,10 @@ Logits: TypeAlias = "np.ndarray[Any, np.dtype[np.float32]]"
 DEVICE_TYPES = ("cpu", "cuda", "mps")
 
 
+class ReadStopped(Exception):
+    """A prefill stopped midway by Engine.stop_reading() (the reply was cancelled)."""
+
+
 class Engine(Protocol):
     """Rows of the KV cache are tokens at consecutive positions 0..length-1.
 
@@ -58,6 +62,11 @@ class Engine(Protocol):
     def prefill(self, ids: list[int], logits: int = 0) -> Logits | None:
         """Append ids to the cache, by the same kernels whether or not logits are asked for;
         with logits > 0, return those of the last `logits` ids (rows, vocab) float32."""
+
+    def stop_reading(self) -> None:
+        """From any thread: a prefill() in progress stops as soon as it can, raising
+        ReadStopped and keeping only whole pieces (a no-op where a read cannot stop midway:
+        the session still stops between pieces)."""
 
     def forward(self, ids: list[int], layout: TreeLayout | None = None) -> Logits:
         """Logits (len(ids), vocab) float32, one row per input. With a layout, ids are

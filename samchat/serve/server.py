@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 # Seconds the server waits for open connections at shutdown: in-flight replies are cancelled
 # at once, so this only bounds a client that is slow to read the end (Ctrl-C: within 2 s).
 SHUTDOWN_GRACE_S = 1
+STOP_WAIT_S = 1.0  # then for the engine and indexer threads (the process ends without them)
 
 
 @dataclass(frozen=True)
@@ -135,9 +136,10 @@ def serve(
     options: ServeOptions,
     db_path: Path,
     cache_dir: Path | None = None,
-) -> None:
+) -> bool:
     """Serve `lm` on `sock` until SIGINT/SIGTERM; what is measured on this machine (costs,
-    Token Recycling's table) is kept under cache_dir."""
+    Token Recycling's table) is kept under cache_dir. False: the engine thread was still in
+    a step when the server stopped (the process must end without freeing the model under it)."""
     from samchat.chat.documents import start_indexer
     from samchat.chat.generator import Generator
 
@@ -146,6 +148,7 @@ def serve(
 
     indexer = start_indexer(lm, db_path, index_failed)
     worker: EngineWorker | None = None
+    stopped = True
     try:
         # Listening comes first: an untimed machine answers plainly, and is timed between
         # requests after the first reply (a request that comes meanwhile pauses the timing).
@@ -166,8 +169,10 @@ def serve(
         print(f"[serving {lm.name} at {url(sock)}; Ctrl-C stops]", file=sys.stderr, flush=True)
         _Server(config, worker).run(sockets=[sock])
     finally:
+        # Both threads stop at their next step; a step stuck in C is not waited for long.
         if worker is not None:
-            worker.stop()
+            stopped = worker.stop(timeout=STOP_WAIT_S)
         if indexer is not None:
-            indexer.stop(timeout=5)
+            indexer.stop(timeout=STOP_WAIT_S)
         sock.close()
+    return stopped

@@ -103,6 +103,9 @@ class EngineWorker:
         current = self._current
         if current is not None:
             current.cancel.set()
+            # Its client hears now, not after the engine's step in progress (a long read can
+            # take a second): the connection closes and the shutdown does not wait for it.
+            current.post(ApiError(503, "the server is shutting down", kind="server_error"))
         while True:
             try:
                 job = self._jobs.get_nowait()
@@ -113,9 +116,11 @@ class EngineWorker:
                 job.post(ApiError(503, "the server is shutting down", kind="server_error"))
         self._jobs.put(None)
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop, waiting up to `timeout` s for the step in progress; False if it goes on."""
         self.stop_soon()
         self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def _run(self) -> None:
         try:

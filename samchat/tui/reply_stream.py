@@ -57,7 +57,8 @@ def stream_to(
             elif isinstance(ev, ReplyRecord):
                 # Timing starts before the UI learns the reply is done, so that a prompt
                 # sent meanwhile waits for it instead of racing it for the CPU.
-                timing = gen.curve_missing()
+                # Not after Esc: the user asked for quiet, and the next reply times it.
+                timing = gen.curve_missing() and ev.finish_reason != "cancelled"
                 if timing:
                     post(CurveTiming(True))
                 post(ReplyFinished(job, ev))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -395,6 +396,45 @@ def test_a_long_prompt_is_read_in_pieces_with_progress_and_can_be_cancelled(
     assert fresh.cached_tokens == fresh.engine.length == piece  # one piece read, then stopped
     again, again_done, _ = _run(fresh, messages, SamplingParams(max_new_tokens=16))
     assert again == reply and again_done.stats.reused_tokens == piece
+
+
+def test_a_cancel_during_a_piece_stops_it_midway_and_the_next_reply_is_unchanged(
+    gguf_lm: Any,
+) -> None:
+    """A cancel that comes while llama.cpp reads a piece stops that piece at once (its abort
+    callback), not after it: the reply ends with no text, the cache keeps no half piece, and
+    the next reply equals a fresh session's."""
+    text = "\n\n".join(LONG_CONTEXT) + "\n\nSummarise the text above."
+    messages = [{"role": "user", "content": text}]
+    params = SamplingParams(max_new_tokens=8)
+    reference, _, _ = _run(
+        ChatSession(gguf_lm, DecodingConfig(method="sam+tr"), cost_curve=CPU_CURVE),
+        messages,
+        params,
+    )
+    session = ChatSession(gguf_lm, DecodingConfig(method="sam+tr"), cost_curve=CPU_CURVE)
+    engine = session.engine
+    asked: list[float] = []
+    stop = engine.stop_reading
+
+    def stop_reading() -> None:
+        asked.append(time.perf_counter())
+        stop()
+
+    engine.stop_reading = stop_reading  # type: ignore[method-assign]
+    cancel = threading.Event()
+    out: list[Any] = []
+    for event in session.generate(messages, params, cancel):
+        out.append(event)
+        if isinstance(event, PrefillProgress) and event.done == 0:
+            threading.Timer(0.05, cancel.set).start()  # while the first piece is read
+    done = out[-1]
+    assert isinstance(done, ReplyDone) and done.finish_reason == "cancelled" and done.text == ""
+    assert len(asked) == 1  # asked once, during the first piece
+    # The first piece (hundreds of tokens: far more than 50 ms of reading) was stopped midway.
+    assert session.cached_tokens == engine.length == 0
+    again, _, _ = _run(session, messages, params)
+    assert again == reference
 
 
 def test_a_file_that_is_not_gguf_is_one_line(tmp_path: Path) -> None:

@@ -12,14 +12,17 @@ accepted path needs no compaction: its cells already hold positions start, start
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import hashlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from samchat.engines.base import Logits
+from samchat.engines.base import Logits, ReadStopped
 from samchat.engines.cost import CURVES, CostCurve, measure_engine
 from samchat.engines.llamacpp.model import (
     has_pending,
@@ -57,6 +60,14 @@ PREFILL_PIECE = 256
 LONG_CONTEXTS = (768, 2048)
 
 
+def _strlen() -> int:
+    """The address of the C library's strlen."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") if os.name == "nt" else None)
+    address = ctypes.cast(libc.strlen, ctypes.c_void_p).value
+    assert address is not None
+    return address
+
+
 class LlamaCppEngine:
     name = "llamacpp"
     prefill_chunk = PREFILL_PIECE
@@ -74,6 +85,12 @@ class LlamaCppEngine:
         self.inexact_reason: str | None = None  # rows equal one-token decoding (see Q8_0, F16)
         lib = llama()
         self._lib = lib
+        # stop_reading()'s flag, and the C function llama.cpp asks between graph nodes whether
+        # to abort: libc's strlen of the flag (1 once set). A Python callback would take the
+        # GIL hundreds of times a decode, and a Ctrl-C raised in it would be lost.
+        self._stop = (ctypes.c_ubyte * 2)()
+        self._abort = lib.ggml_abort_callback(_strlen())
+        self._no_abort = lib.ggml_abort_callback(0)  # NULL: a step is never aborted
         self.n_vocab = int(self.weights.n_vocab)
         self._n_ctx = int(n_ctx or lm.context_limit)
         self._split = threads() > 1  # a lone query's attention would be split (see F16)
@@ -185,6 +202,8 @@ class LlamaCppEngine:
             self._lib.llama_memory_seq_rm(self._mem, PAD_SEQ, -1, -1)
         raise_pending()
         if rc != 0:
+            if rc == 2 and self._stop[0]:  # the session crops what the piece left
+                raise ReadStopped("the read was stopped")
             if rc == 1:
                 raise SamchatError(
                     "llama.cpp found no room in its KV cache; start a new chat or shorten it"
@@ -220,22 +239,31 @@ class LlamaCppEngine:
             self._decode(len(back))
             self._backlog = []
 
+    def stop_reading(self) -> None:
+        self._stop[0] = 1  # llama.cpp reads it between graph nodes (see __init__)
+
     def prefill(self, ids: list[int], logits: int = 0) -> Logits | None:
         self._flush(len(ids))
         todo = self._backlog + ids
         nb = len(self._backlog)
         start = self._cells
         out: Logits | None = None
-        for i in range(0, len(todo), MAX_BATCH):
-            chunk = todo[i : i + MAX_BATCH]
-            last = i + len(chunk) == len(todo)
-            # Output flags select logits rows only; the cache is computed alike.
-            rows = min(logits, len(ids), len(chunk)) if last else 0
-            self._fill(chunk, start + i, outputs=rows)
-            self._decode(len(chunk))
-            self._backlog = todo[i + len(chunk) : nb]
-            if rows:
-                out = self._logits(rows)
+        # Only a read may stop midway: a step's rows must never be cut short.
+        self._stop[0] = 0
+        self._lib.llama_set_abort_callback(self._ctx, self._abort, ctypes.addressof(self._stop))
+        try:
+            for i in range(0, len(todo), MAX_BATCH):
+                chunk = todo[i : i + MAX_BATCH]
+                last = i + len(chunk) == len(todo)
+                # Output flags select logits rows only; the cache is computed alike.
+                rows = min(logits, len(ids), len(chunk)) if last else 0
+                self._fill(chunk, start + i, outputs=rows)
+                self._decode(len(chunk))
+                self._backlog = todo[i + len(chunk) : nb]
+                if rows:
+                    out = self._logits(rows)
+        finally:
+            self._lib.llama_set_abort_callback(self._ctx, self._no_abort, None)
         return out
 
     def _logits(self, n: int, order: list[int] | None = None) -> Logits:

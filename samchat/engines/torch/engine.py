@@ -123,6 +123,9 @@ class TorchEngine:
         inp = torch.tensor([ids], dtype=torch.long, device=self.device)
         return self._fwd(inp, self._kv.cache, mask, pos, last_only)
 
+    def stop_reading(self) -> None:
+        """A torch forward cannot stop midway: the session stops between pieces."""
+
     def prefill(self, ids: list[int], logits: int = 0) -> Logits | None:
         with torch.inference_mode():
             if logits <= 0:
