@@ -94,9 +94,11 @@ test: lint typecheck pytest
 test-fast: setup
 	$(PYTEST) -n auto --dist loadfile -m "not model and not packaging"
 
-# The fault-injection campaign behind docs/reliability.md (~20 minutes; not part of `make test`).
+# The fault-injection and interruption campaigns behind docs/reliability.md (~30 minutes; not
+# part of `make test`, which runs a short form of each).
 faults: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python scripts/faults.py --markdown
+	HF_HUB_OFFLINE=1 $(BIN)/python scripts/interrupt_campaign.py --trials 50 --markdown
 
 clean:
 	rm -rf $(VENV) build *.egg-info

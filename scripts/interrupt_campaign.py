@@ -395,12 +395,16 @@ def _worker_threads() -> list[threading.Thread]:
 def app_trial(home: Path, rng: random.Random, n: int) -> Trial:
     data = home / "data"
     trial = Trial("app", rng.uniform(0.0, 4.0), "quit" if n % 3 == 2 else "esc")
+    saved = dict(os.environ)
     os.environ.update(_env(home, home / f"cache-{n}"))
     before = rows(data / "samchat.db")
     try:
         asyncio.run(_app_trial(home, rng, n, trial))
     except Exception as exc:
         trial.problems.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     check_store(data, before, trial)
     return trial
 
