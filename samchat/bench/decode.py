@@ -396,7 +396,7 @@ class DecodeBench:
                 native = lm.kind.native_gguf
                 if method == "pld" and native and label not in self._llamas:
                     self._llamas[label] = llama_pld(lm)
-        except BaseException:
+        except BaseException:  # a Ctrl-C too: closed, then re-raised
             self.close()
             raise
         self._doc = 0

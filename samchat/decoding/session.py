@@ -187,7 +187,7 @@ class ChatSession:
                 self._engine.reset()
                 keep = 0
             del self._cached[keep:]
-        except BaseException:
+        except BaseException:  # a Ctrl-C too: the cache restored, then re-raised
             self._restore()
             raise
         return keep
@@ -214,7 +214,7 @@ class ChatSession:
                     kept.append((chunk[len(chunk) - got :], logits))
                 self._cached.extend(chunk)
                 yield i + len(chunk)
-        except BaseException:
+        except BaseException:  # a Ctrl-C too: the cache restored, then re-raised
             self._restore()
             raise
         if kept:
@@ -229,7 +229,7 @@ class ChatSession:
         self.prefill_tokens(prompt)
         try:
             logits: Logits = self._engine.forward([prompt[-1]])[-1].copy()
-        except BaseException:
+        except BaseException:  # a Ctrl-C too: the cache restored, then re-raised
             self._restore()
             raise
         self._cached.append(prompt[-1])
@@ -472,7 +472,7 @@ class ChatSession:
         t0 = time.perf_counter()
         try:
             ids, path, bonus, logits = self.verify_step(reply.pending, tree, reply.sampler)
-        except BaseException as exc:
+        except BaseException as exc:  # a Ctrl-C is re-raised below, the cache restored
             self._restore()
             if not isinstance(exc, Exception) or tree is None or tree.is_sequence:
                 raise

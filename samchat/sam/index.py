@@ -495,7 +495,7 @@ class StaticIndex:
                     seg = read_segment(self.directory / name, self.fingerprint, self.separator)
                     fresh.append(seg)
                 segments.append(seg)
-        except BaseException:
+        except BaseException:  # a Ctrl-C too: released, then re-raised
             for seg in fresh:
                 self._release(seg)
             raise
@@ -748,7 +748,7 @@ class StaticIndex:
                     segments, removed, gone, merged = self._merged(segments, removed, which)
                     written += [merged] if merged is not None else []
                 self._publish(segments, removed, gone)
-            except BaseException:
+            except BaseException:  # a Ctrl-C too: released, then re-raised
                 for seg in written:
                     self._discard(seg)
                 if self._tail.is_frozen:
@@ -774,7 +774,7 @@ class StaticIndex:
         segments, removed, gone, merged = self._merged(self.segments, self.removed, which)
         try:
             self._publish(segments, removed, gone)
-        except BaseException:
+        except BaseException:  # a Ctrl-C too: released, then re-raised
             if merged is not None:
                 self._discard(merged)
             raise

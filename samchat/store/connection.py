@@ -112,7 +112,7 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
         conn.execute("SAVEPOINT samchat_nested")
         try:
             yield
-        except BaseException:
+        except BaseException:  # a Ctrl-C too: rolled back, then re-raised
             if conn.in_transaction:
                 conn.execute("ROLLBACK TO SAVEPOINT samchat_nested")
                 conn.execute("RELEASE SAVEPOINT samchat_nested")
@@ -125,7 +125,7 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
         raise translate(exc, _file_of(conn)) from exc
     try:
         yield
-    except BaseException:
+    except BaseException:  # a Ctrl-C too: rolled back, then re-raised
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise

@@ -239,7 +239,7 @@ def migrate(conn: sqlite3.Connection, target: int | None = None) -> int:
                     (version + 1, time.time()),
                 )
                 conn.execute("COMMIT")
-            except BaseException:
+            except BaseException:  # a Ctrl-C too: rolled back, then re-raised
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise

@@ -480,7 +480,7 @@ def recover(path: Path, index_root: Path | None = None) -> RecoveryResult:
         for leftover in (building, *_side_files(building)):
             leftover.unlink(missing_ok=True)
         raise StoreError(f"cannot write the recovered database {building}: {exc}") from exc
-    except BaseException:
+    except BaseException:  # a Ctrl-C too: no half-built file left, then re-raised
         store.close()
         for leftover in (building, *_side_files(building)):
             leftover.unlink(missing_ok=True)

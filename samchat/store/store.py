@@ -140,7 +140,7 @@ class Store:
         except sqlite3.Error as exc:
             conn.close()
             raise translate(exc, path) from exc
-        except BaseException:
+        except BaseException:  # a Ctrl-C too: closed, then re-raised
             conn.close()
             raise
         return cls(conn, path)
