@@ -354,7 +354,7 @@ class ChatSession:
         shown = total > self._engine.prefill_chunk  # several pieces: progress is worth it
         stopped = False
         reading = self._read(prompt, self._prompt_logit_rows(drafting))
-        watch = _StopReading(self._engine, cancel) if shown and cancel is not None else None
+        watch = _StopReading(self._engine, cancel) if total > 0 and cancel is not None else None
         try:
             if shown:
                 yield PrefillProgress(0, total)
