@@ -614,5 +614,6 @@ class _StopReading:
                 return
 
     def close(self) -> None:
+        """It ends by itself within POLL_S; not waited for, so no reply starts later for it (a
+        stop that comes after the read is harmless: each read clears the engine's flag)."""
         self._done.set()
-        self._thread.join()
