@@ -353,7 +353,8 @@ class ChatSession:
         total = len(prompt) - 1 - reused
         shown = total > self._engine.prefill_chunk  # several pieces: progress is worth it
         stopped = False
-        reading = self._read(prompt, self._prompt_logit_rows(drafting))
+        logit_rows = self._prompt_logit_rows(drafting)
+        reading = self._read(prompt, logit_rows)
         watch = _StopReading(self._engine, cancel) if total > 0 and cancel is not None else None
         try:
             if shown:
@@ -364,8 +365,12 @@ class ChatSession:
                 try:
                     done = next(reading, None)
                 except ReadStopped:
-                    stopped = True
-                    break
+                    if cancel is not None and cancel.is_set():
+                        stopped = True
+                        break
+                    # A stop meant for an earlier reply: the whole pieces stay, read on.
+                    reading = self._read(prompt, logit_rows)
+                    continue
                 if done is None:
                     break
                 if shown:
@@ -610,7 +615,8 @@ class _StopReading:
     def _run(self, engine: Engine, cancel: threading.Event) -> None:
         while not self._done.is_set():
             if cancel.wait(self.POLL_S):
-                engine.stop_reading()
+                if not self._done.is_set():
+                    engine.stop_reading()
                 return
 
     def close(self) -> None:
