@@ -134,10 +134,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             from samchat.tui.launch import run_tui
 
-            interrupts.uninstall()  # the app reads Ctrl-C as a key; a forced exit would
-            # leave the terminal in the app's mode
-
-            return run_tui(args)
+            # The app reads Ctrl-C as a key; a forced exit would leave the terminal in the
+            # app's mode. Quitting is at once: a reply or timing still in a C call is not
+            # waited for (what the app saved is committed; the reply in progress is cancelled).
+            interrupts.uninstall()
+            code = run_tui(args)
+            interrupts.exit_promptly()
+            return code
         _report_progress_lines()
         result: int = args.func(args)
         return result

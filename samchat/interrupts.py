@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
@@ -31,6 +31,9 @@ GRACE_S = 1.5  # from a Ctrl-C to the forced exit; a clean stop takes a fraction
 
 _armed = threading.Event()
 _said = threading.Event()  # "[cancelled]" is on stderr already
+_deferred = threading.Event()  # a Ctrl-C that landed in a callback from C (see defer_in)
+_defer_codes: set[CodeType] = set()
+_fast_exit = threading.Event()  # end without the interpreter's teardown (see exit_promptly)
 _cancels: list[threading.Event] = []  # the replies a Ctrl-C cancels now
 _state: dict[str, Any] = {}  # the installed handler's undo: previous handler, wakeup fd, socket
 
@@ -105,8 +108,36 @@ def _watch(sock: socket.socket) -> None:
             _on_ctrl_c()
 
 
+def defer_in(code: CodeType) -> None:
+    """A Python callback that C code calls (`code`, its function's __code__): a Ctrl-C that
+    lands in it is not raised there (ctypes would print it and drop it) but kept; the caller
+    raises it once the C call returns (take_deferred)."""
+    _defer_codes.add(code)
+
+
+def take_deferred() -> bool:
+    """A Ctrl-C was kept by a callback since the last call."""
+    if _deferred.is_set():
+        _deferred.clear()
+        return True
+    return False
+
+
+def exit_promptly() -> None:
+    """The command's end should not wait for the interpreter's teardown (threads still in C
+    calls, models being freed): the entry point exits at once."""
+    _fast_exit.set()
+
+
+def fast_exit() -> bool:
+    return _fast_exit.is_set()
+
+
 def _raise(signum: int, frame: FrameType | None) -> None:
     _on_ctrl_c()  # without the watcher (not the main thread's install); else a no-op
+    if frame is not None and frame.f_code in _defer_codes:
+        _deferred.set()
+        return
     raise KeyboardInterrupt
 
 

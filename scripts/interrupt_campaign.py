@@ -270,7 +270,9 @@ def serve_trial(home: Path, rng: random.Random, n: int) -> Trial:
     before = rows(data / "samchat.db")
     clients: list[threading.Thread] = []
     env = _env(home)
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
+    )
     assert proc.stderr is not None
     url = ""
     for line in proc.stderr:
@@ -364,32 +366,10 @@ async def _app_trial(home: Path, rng: random.Random, n: int, trial: Trial) -> No
                 trial.stop_s = time.monotonic() - t0
             quit_at = time.monotonic()
             await pilot.press("ctrl+q")
-    # The app is closed; a worker thread still in a C call keeps the process alive until it ends.
-    while _worker_threads() and time.monotonic() - quit_at < 30:
-        await asyncio.sleep(0.01)
+    # The app is closed. `samchat` then exits at once (samchat.interrupts.exit_promptly): a
+    # worker thread still in a C call is not waited for, so the quit ends here.
     if trial.what == "quit":
-        trial.stop_s = time.monotonic() - quit_at if not _worker_threads() else None
-    elif _worker_threads():
-        trial.problems.append("a worker thread outlived the app")
-
-
-def _worker_threads() -> list[threading.Thread]:
-    """What would keep the process from exiting: non-daemon threads, but the main one, that
-    still run samchat's or textual's code (an idle executor thread only waits for work)."""
-    main = threading.main_thread()
-    frames = sys._current_frames()
-    busy = []
-    for t in threading.enumerate():
-        if t is main or t.daemon or not t.is_alive() or t.ident is None:
-            continue
-        frame = frames.get(t.ident)
-        while frame is not None:
-            name = frame.f_code.co_filename
-            if f"{os.sep}samchat{os.sep}" in name or f"{os.sep}textual{os.sep}" in name:
-                busy.append(t)
-                break
-            frame = frame.f_back
-    return busy
+        trial.stop_s = time.monotonic() - quit_at
 
 
 def app_trial(home: Path, rng: random.Random, n: int) -> Trial:

@@ -48,6 +48,9 @@ if TYPE_CHECKING:
     from samchat.store import Store
 
 
+QUIT_WAIT_S = 0.5  # at quit, for the indexer thread to finish its step
+
+
 class SamchatApp(App[None]):
     CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses live elsewhere
     TITLE = "samchat"
@@ -222,7 +225,9 @@ class SamchatApp(App[None]):
         if (job := self.chat.conversation.job) is not None:
             job.cancel.set()
         if self.indexer is not None:
-            self.indexer.stop(timeout=2)
+            # Its thread stops at its next step; a quit does not wait out a long one (a sync
+            # is a transaction, and a segment is published only whole).
+            self.indexer.stop(timeout=QUIT_WAIT_S)
 
     # -- model loading -------------------------------------------------------------------------
 

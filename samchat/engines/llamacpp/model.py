@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from samchat import interrupts
 from samchat.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -23,13 +24,15 @@ _PENDING: list[BaseException] = []
 
 
 def has_pending() -> bool:
+    if interrupts.take_deferred():
+        _PENDING.append(KeyboardInterrupt())
     return bool(_PENDING)
 
 
 def raise_pending() -> None:
     """Raise the KeyboardInterrupt (or other exception) that llama.cpp's log callback caught
-    during the C call that just returned."""
-    if _PENDING:
+    or deferred (samchat.interrupts.defer_in) during the C call that just returned."""
+    if has_pending():
         exc = _PENDING[0]
         _PENDING.clear()
         raise exc
@@ -52,7 +55,6 @@ def llama() -> Any:
     with _INIT:
         if not _READY:
 
-            @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
             def _log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
                 try:
                     if level in (2, 3):  # warnings and errors; info and debug are noise here
@@ -60,9 +62,12 @@ def llama() -> Any:
                 except BaseException as exc:  # Ctrl-C: kept for raise_pending, not swallowed
                     _PENDING.append(exc)
 
-            llama_cpp.llama_log_set(_log, ctypes.c_void_p(0))
+            # A Ctrl-C can land on the callback's first line, before its try: deferred there.
+            interrupts.defer_in(_log.__code__)
+            callback = llama_cpp.llama_log_callback(_log)
+            llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
             llama_cpp.llama_backend_init()
-            _READY.append(_log)
+            _READY.append(callback)
     raise_pending()
     return llama_cpp
 
