@@ -221,9 +221,14 @@ class SamchatApp(App[None]):
             if self.generator is not None:
                 self.generator.indexer = self.indexer
 
+    def exit(self, *args: Any, **kwargs: Any) -> None:
+        """Quit at once: the reply and the timing are told to stop before Textual closes the
+        widgets, which waits for their workers' threads."""
+        self.chat.conversation.stop_all()
+        super().exit(*args, **kwargs)
+
     def on_unmount(self) -> None:
-        if (job := self.chat.conversation.job) is not None:
-            job.cancel.set()
+        self.chat.conversation.stop_all()
         if self.indexer is not None:
             # Its thread stops at its next step; a quit does not wait out a long one (a sync
             # is a transaction, and a segment is published only whole).

@@ -137,6 +137,13 @@ class Conversation(Vertical):
             job, self.pending = self.pending, None
             self.call_later(self._drop_pending, job)
 
+    def stop_all(self) -> None:
+        """The app quits: the reply and the timing stop at their next step (a long read at
+        once), so that closing this widget, which waits for its worker, takes no time."""
+        if self.job is not None:
+            self.job.cancel.set()
+        self.timing_stop.set()
+
     async def _drop_pending(self, job: ReplyJob) -> None:
         if job.view.is_attached:
             await job.view.finish(None, ShownStats())
