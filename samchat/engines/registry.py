@@ -59,7 +59,9 @@ class EngineKind:
     # Takes --dtype, --quantize and --cuda-graphs (torch's options).
     torch_options: bool
     devices: tuple[str, ...]  # where it runs
-    engine_class: str  # "module:Class" of its Engine, constructed as Class(lm, cache_dir=...)
+    # "module:name" of its Engine class, or of a function choosing one, called as
+    # name(lm, cache_dir=...).
+    engine_class: str
     context_limit: Callable[[Any], int]  # of a loaded model object
     vocab_size: Callable[[Any], int]
     availability: str | None = None  # "module:function" giving why it cannot run here, or None
@@ -89,7 +91,7 @@ TORCH = EngineKind(
     native_gguf=False,
     torch_options=True,
     devices=DEVICE_TYPES,
-    engine_class="samchat.engines.torch.engine:TorchEngine",
+    engine_class="samchat.engines.torch.engine:open_engine",
     context_limit=_hf_context,
     vocab_size=_hf_vocab,
 )

@@ -1,0 +1,247 @@
+"""A lean LLaMA forward on weight-only int4/int8 linears (CPU), whose every row is computed the
+same way whatever the number of rows, so that verifying k drafted tokens gives the logits k
+one-token steps would, bit for bit.
+
+Linears and the element-wise parts (rms_norm, rotary, SiLU) are row-exact as they are; attention
+is not when its rows share one call (a k-row bfloat16 SDPA rounds differently from a one-row
+one). So each row is its own attention problem, defined by its own position p alone: the keys
+of its sequence (the cache, then its own ancestors) split at B = p rounded down to 64 into a
+prefix [0, B) and a tail [B, p] padded to 64 keys. Both halves are batched over rows (one row
+per batch entry, which the CPU kernel computes alone) and merged by their log-sum-exp. A step
+and a verification row at the same position pose the very same two problems."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from samchat.engines.torch.quant import Embedding, Linear
+from samchat.engines.torch.shape import LlamaShape
+
+TAIL = 64  # keys of a row's tail problem; also the most rows a tree may have
+_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+
+
+@dataclass
+class Layer:
+    attn_norm: torch.Tensor
+    ffn_norm: torch.Tensor
+    qkv: Linear
+    o: Linear
+    gate_up: Linear
+    down: Linear
+
+
+class LeanModel:
+    """The packed weights of a LLaMA model, shared by every engine made from it."""
+
+    def __init__(self, fmt: str, shape: LlamaShape, t: dict[str, torch.Tensor], about: str):
+        self.fmt = fmt
+        self.shape = shape
+        self.config = shape  # what the registry and loader read (context, vocabulary)
+        self.about = about  # where the packed weights came from, for describe()
+        self.tensors = t
+        self.layers = [
+            Layer(
+                t[f"{i}.attn_norm"],
+                t[f"{i}.ffn_norm"],
+                *(
+                    Linear(fmt, t[f"{i}.{n}.w"], t[f"{i}.{n}.s"])
+                    for n in ("qkv", "o", "gu", "down")
+                ),
+            )
+            for i in range(shape.layers)
+        ]
+        self.embed = Embedding.from_tensors(t)
+        self.norm = t["norm"]
+        self.out = Linear("int8", t["out.w"], t["out.s"])  # 8-bit: 4 bits cost 5% perplexity
+        inv = 1.0 / (
+            shape.rope_base ** (torch.arange(0, shape.head_dim, 2).float() / shape.head_dim)
+        )
+        freqs = torch.outer(torch.arange(shape.context + TAIL).float(), inv)
+        angles = torch.cat([freqs, freqs], dim=-1)
+        self.cos, self.sin = angles.cos(), angles.sin()
+
+    @property
+    def parameters_count(self) -> int:
+        s = self.shape
+        per_layer = s.hidden * (s.heads + 2 * s.kv_heads) * s.head_dim
+        per_layer += s.heads * s.head_dim * s.hidden + 3 * s.hidden * s.ffn
+        return s.layers * per_layer + s.vocab * s.hidden
+
+
+class LeanCache:
+    """Keys and values of every layer, (layers, 2, capacity + TAIL + 1, kv heads, head dim)
+    bfloat16: rows by position, then TAIL scratch rows where a tree's inputs wait for commit,
+    then one zero row that pads every tail."""
+
+    def __init__(self, shape: LlamaShape, rows: int = 512) -> None:
+        self.shape = shape
+        self.length = 0
+        self.capacity = 0
+        self.buf = torch.zeros(0)
+        self.reserve(rows)
+
+    @property
+    def scratch(self) -> int:
+        return self.capacity
+
+    @property
+    def zero(self) -> int:
+        return self.capacity + TAIL
+
+    def reserve(self, rows: int) -> None:
+        """Room for `rows` positions (grown by doubling, never past the context)."""
+        if rows <= self.capacity:
+            return
+        s = self.shape
+        cap = max(rows, 2 * self.capacity, 512)
+        cap = min(cap, s.context + TAIL)
+        if cap < rows:
+            raise ValueError(f"{rows} positions do not fit the model's context of {s.context}")
+        buf = torch.zeros(
+            (s.layers, 2, cap + TAIL + 1, s.kv_heads, s.head_dim), dtype=torch.bfloat16
+        )
+        if self.length:
+            buf[:, :, : self.length] = self.buf[:, :, : self.length]
+        self.buf, self.capacity = buf, cap
+
+
+@dataclass
+class _Prefix:
+    """Rows whose prefix is [0, B): `rows` (None: all of them), and for a tree row past the
+    cache, the scratch rows (its ancestors) to lay at [cache length, B) first."""
+
+    start: int
+    rows: torch.Tensor | None
+    fill: torch.Tensor | None
+
+
+class _Plan:
+    """What every layer of one forward reads: positions, tail gathers and masks, prefixes."""
+
+    def __init__(
+        self, cache: LeanCache, n: int, parents: list[int] | None, device: torch.device
+    ) -> None:
+        length = cache.length
+        if parents is None:  # a sequence: row i at length + i, written in place
+            ancestry = [list(range(i + 1)) for i in range(n)]
+        else:
+            ancestry = []
+            for i, p in enumerate(parents):
+                ancestry.append([*ancestry[p], i] if p >= 0 else [i])
+        self.in_place = parents is None
+        pos = [length + len(a) - 1 for a in ancestry]
+        self.pos = torch.tensor(pos, dtype=torch.long, device=device)
+        index: list[int] = []
+        mask = torch.zeros((n, 1, 1, TAIL), dtype=torch.bfloat16, device=device)
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, (p, anc) in enumerate(zip(pos, ancestry, strict=True)):
+            b = p - p % TAIL
+            seq = [self._where(cache, x, anc, length) for x in range(b, p + 1)]
+            mask[i, 0, 0, len(seq) :] = float("-inf")
+            index.extend(seq + [cache.zero] * (TAIL - len(seq)))
+            if b > 0:
+                # Rows past the cache share a prefix only with the same ancestors up to B.
+                key = anc[b - length - 1] if not self.in_place and b > length else -1
+                groups.setdefault((b, key), []).append(i)
+        self.index = torch.tensor(index, dtype=torch.long, device=device)
+        self.mask = mask
+        self.prefixes: list[_Prefix] = []
+        for (b, key), rows in sorted(groups.items()):
+            fill = None
+            if key >= 0:
+                chain = ancestry[key]
+                fill = torch.tensor([cache.scratch + a for a in chain], device=device)
+            sel = None if len(rows) == n else torch.tensor(rows, device=device)
+            self.prefixes.append(_Prefix(b, sel, fill))
+
+    def _where(self, cache: LeanCache, x: int, anc: list[int], length: int) -> int:
+        """The cache row holding position x of a row's sequence."""
+        if x < length or self.in_place:
+            return x
+        return cache.scratch + anc[x - length]
+
+
+def _attention(
+    cache: LeanCache, layer: int, q: torch.Tensor, plan: _Plan, out: torch.Tensor
+) -> None:
+    """q (n, kv heads, group, head dim) bfloat16 -> out, same shape, float32."""
+    keys, values = cache.buf[layer, 0], cache.buf[layer, 1]
+    n, kv, _, hd = q.shape
+    tk = keys.index_select(0, plan.index).view(n, TAIL, kv, hd).transpose(1, 2)
+    tv = values.index_select(0, plan.index).view(n, TAIL, kv, hd).transpose(1, 2)
+    o_tail, lse_tail = _flash(q, tk, tv, attn_mask=plan.mask)
+    out.copy_(o_tail)
+    length = cache.length
+    for pre in plan.prefixes:
+        if pre.fill is not None:
+            cache.buf[layer, :, length : pre.start] = cache.buf[layer, :, pre.fill]
+        rows = n if pre.rows is None else int(pre.rows.numel())
+        pk = keys[: pre.start].transpose(0, 1).unsqueeze(0).expand(rows, kv, pre.start, hd)
+        pv = values[: pre.start].transpose(0, 1).unsqueeze(0).expand(rows, kv, pre.start, hd)
+        qs = q if pre.rows is None else q.index_select(0, pre.rows)
+        o_pre, lse_pre = _flash(qs, pk, pv)
+        t_out = out if pre.rows is None else out.index_select(0, pre.rows)
+        t_lse = lse_tail if pre.rows is None else lse_tail.index_select(0, pre.rows)
+        # Weights spread over whole rows, so that every element-wise kernel runs the same
+        # vectorized loop for a row whatever the number of rows.
+        w = torch.sigmoid((lse_pre - t_lse).unsqueeze(-1).expand(-1, -1, -1, hd).contiguous())
+        merged = t_out + (o_pre.float() - t_out) * w
+        if pre.rows is None:
+            out.copy_(merged)
+        else:
+            out.index_copy_(0, pre.rows, merged)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return (x * cos + rot * sin).to(torch.bfloat16)
+
+
+def run(
+    model: LeanModel,
+    cache: LeanCache,
+    ids: list[int],
+    parents: list[int] | None,
+    logits_rows: int,
+) -> torch.Tensor | None:
+    """Append ids at cache.length + depth (a sequence when parents is None, else the tree
+    they describe; a tree waits in the scratch rows) and return the logits (float32) of the
+    last `logits_rows` inputs. The cache's length is not advanced: see LeanEngine.commit."""
+    s = model.shape
+    n = len(ids)
+    device = torch.device("cpu")
+    if parents is not None and n > TAIL:
+        raise ValueError(f"a tree of {n} inputs is more than the {TAIL} verification takes")
+    length = cache.length
+    cache.reserve(length + max(n, TAIL))
+    plan = _Plan(cache, n, parents, device)
+    x = model.embed(torch.tensor(ids, dtype=torch.long, device=device))
+    cos = model.cos.index_select(0, plan.pos).unsqueeze(1)
+    sin = model.sin.index_select(0, plan.pos).unsqueeze(1)
+    hq, hk, hd = s.heads * s.head_dim, s.kv_heads * s.head_dim, s.head_dim
+    group = s.heads // s.kv_heads
+    at = slice(length, length + n) if plan.in_place else slice(cache.scratch, cache.scratch + n)
+    attn = torch.empty((n, s.kv_heads, group, hd), dtype=torch.float32, device=device)
+    for i, layer in enumerate(model.layers):
+        h = F.rms_norm(x, (s.hidden,), layer.attn_norm, s.eps).to(torch.bfloat16)
+        qkv = layer.qkv(h).float()
+        q = _rotate(qkv[:, :hq].reshape(n, s.heads, hd), cos, sin)
+        k = _rotate(qkv[:, hq : hq + hk].reshape(n, s.kv_heads, hd), cos, sin)
+        cache.buf[i, 0, at] = k
+        cache.buf[i, 1, at] = qkv[:, hq + hk :].reshape(n, s.kv_heads, hd)
+        _attention(cache, i, q.view(n, s.kv_heads, group, hd), plan, attn)
+        x = x + layer.o(attn.view(n, hq).to(torch.bfloat16)).float()
+        h = F.rms_norm(x, (s.hidden,), layer.ffn_norm, s.eps).to(torch.bfloat16)
+        gu = layer.gate_up(h)
+        act = F.silu(gu[:, : s.ffn].float()) * gu[:, s.ffn :].float()
+        x = x + layer.down(act.to(torch.bfloat16)).float()
+    if logits_rows <= 0:
+        return None
+    last = x[n - logits_rows :]
+    h = F.rms_norm(last, (s.hidden,), model.norm, s.eps).to(torch.bfloat16)
+    return model.out(h).float()
