@@ -62,7 +62,9 @@ class LeanModel:
         )
         freqs = torch.outer(torch.arange(shape.context + TAIL).float(), inv)
         angles = torch.cat([freqs, freqs], dim=-1)
-        self.cos, self.sin = angles.cos(), angles.sin()
+        self.cos = angles.cos()
+        half = shape.head_dim // 2
+        self.sin = torch.cat([-angles[:, :half].sin(), angles[:, half:].sin()], dim=-1)
 
     @property
     def parameters_count(self) -> int:
@@ -157,6 +159,8 @@ class _Plan:
                 fill = torch.tensor([cache.scratch + a for a in chain], device=device)
             sel = None if len(rows) == n else torch.tensor(rows, device=device)
             self.prefixes.append(_Prefix(b, sel, fill))
+        # Some rows' attention is their tail alone, or several prefixes share the rows.
+        self.partial = len(self.prefixes) > 1 or any(p.rows is not None for p in self.prefixes)
 
     def _where(self, cache: LeanCache, x: int, anc: list[int], length: int) -> int:
         """The cache row holding position x of a row's sequence."""
@@ -169,27 +173,28 @@ def _attention(
     cache: LeanCache, layer: int, q: torch.Tensor, plan: _Plan, out: torch.Tensor
 ) -> None:
     """q (n, kv heads, group, head dim) bfloat16 -> out, same shape, float32."""
-    keys, values = cache.buf[layer, 0], cache.buf[layer, 1]
+    buf = cache.buf[layer]
     n, kv, _, hd = q.shape
-    tk = keys.index_select(0, plan.index).view(n, TAIL, kv, hd).transpose(1, 2)
-    tv = values.index_select(0, plan.index).view(n, TAIL, kv, hd).transpose(1, 2)
-    o_tail, lse_tail = _flash(q, tk, tv, attn_mask=plan.mask)
-    out.copy_(o_tail)
-    length = cache.length
+    tail = buf.index_select(1, plan.index).view(2, n, TAIL, kv, hd).transpose(2, 3)
+    o_tail, lse_tail = _flash(q, tail[0], tail[1], attn_mask=plan.mask)
+    if not plan.prefixes:
+        out.copy_(o_tail)
+        return
+    if plan.partial:
+        out.copy_(o_tail)
     for pre in plan.prefixes:
         if pre.fill is not None:
-            cache.buf[layer, :, length : pre.start] = cache.buf[layer, :, pre.fill]
+            buf[:, cache.length : pre.start] = buf[:, pre.fill]
         rows = n if pre.rows is None else int(pre.rows.numel())
-        pk = keys[: pre.start].transpose(0, 1).unsqueeze(0).expand(rows, kv, pre.start, hd)
-        pv = values[: pre.start].transpose(0, 1).unsqueeze(0).expand(rows, kv, pre.start, hd)
+        pk, pv = buf[:, : pre.start].transpose(1, 2).unsqueeze(1).expand(2, rows, kv, pre.start, hd)
         qs = q if pre.rows is None else q.index_select(0, pre.rows)
         o_pre, lse_pre = _flash(qs, pk, pv)
-        t_out = out if pre.rows is None else out.index_select(0, pre.rows)
+        t_out = o_tail.float() if pre.rows is None else out.index_select(0, pre.rows)
         t_lse = lse_tail if pre.rows is None else lse_tail.index_select(0, pre.rows)
-        # Weights spread over whole rows, so that every element-wise kernel runs the same
-        # vectorized loop for a row whatever the number of rows.
+        # The weights spread over whole rows, so that every element-wise kernel runs the
+        # same vectorized loop for a row whatever the number of rows.
         w = torch.sigmoid((lse_pre - t_lse).unsqueeze(-1).expand(-1, -1, -1, hd).contiguous())
-        merged = t_out + (o_pre.float() - t_out) * w
+        merged = (o_pre.float() - t_out).mul_(w).add_(t_out)
         if pre.rows is None:
             out.copy_(merged)
         else:
@@ -197,9 +202,10 @@ def _attention(
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding in halves; `sin`'s first half is negated (rotate_half's sign)."""
     half = x.shape[-1] // 2
-    rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return (x * cos + rot * sin).to(torch.bfloat16)
+    swapped = torch.cat([x[..., half:], x[..., :half]], dim=-1)
+    return x.mul(cos).add_(swapped.mul_(sin)).to(torch.bfloat16)
 
 
 def run(
@@ -227,19 +233,20 @@ def run(
     group = s.heads // s.kv_heads
     at = slice(length, length + n) if plan.in_place else slice(cache.scratch, cache.scratch + n)
     attn = torch.empty((n, s.kv_heads, group, hd), dtype=torch.float32, device=device)
+    heads = s.heads + s.kv_heads
     for i, layer in enumerate(model.layers):
         h = F.rms_norm(x, (s.hidden,), layer.attn_norm, s.eps).to(torch.bfloat16)
-        qkv = layer.qkv(h).float()
-        q = _rotate(qkv[:, :hq].reshape(n, s.heads, hd), cos, sin)
-        k = _rotate(qkv[:, hq : hq + hk].reshape(n, s.kv_heads, hd), cos, sin)
-        cache.buf[i, 0, at] = k
-        cache.buf[i, 1, at] = qkv[:, hq + hk :].reshape(n, s.kv_heads, hd)
-        _attention(cache, i, q.view(n, s.kv_heads, group, hd), plan, attn)
-        x = x + layer.o(attn.view(n, hq).to(torch.bfloat16)).float()
+        qkv = layer.qkv(h)
+        qk = _rotate(qkv[:, : hq + hk].float().view(n, heads, hd), cos, sin)
+        kv = cache.buf[i, :, at]
+        kv[0] = qk[:, s.heads :]
+        kv[1] = qkv[:, hq + hk :].view(n, s.kv_heads, hd)
+        _attention(cache, i, qk[:, : s.heads].view(n, s.kv_heads, group, hd), plan, attn)
+        x.add_(layer.o(attn.view(n, hq).to(torch.bfloat16)))
         h = F.rms_norm(x, (s.hidden,), layer.ffn_norm, s.eps).to(torch.bfloat16)
         gu = layer.gate_up(h)
-        act = F.silu(gu[:, : s.ffn].float()) * gu[:, s.ffn :].float()
-        x = x + layer.down(act.to(torch.bfloat16)).float()
+        act = F.silu(gu[:, : s.ffn].float()).mul_(gu[:, s.ffn :])
+        x.add_(layer.down(act.to(torch.bfloat16)))
     if logits_rows <= 0:
         return None
     last = x[n - logits_rows :]

@@ -168,7 +168,7 @@ def test_tree_verification_is_exact_on_random_trees(int4_lm: Any) -> None:
         engine.prefill(prompt[:-1])
         context = prompt[:-1]
         pending = prompt[-1]
-        likely = [pending, *_plain_rows_tokens(int4_lm, context, pending, 40)]
+        likely = [pending, *_plain_rows_tokens(int4_lm, context, pending, 24)]
         for size in (1, 5, 20, TAIL - 1, 12):
             tokens, parents = _random_tree(rng, likely, size)
             layout = TreeLayout(tokens, parents)
@@ -187,7 +187,7 @@ def test_tree_verification_is_exact_on_random_trees(int4_lm: Any) -> None:
             engine.commit(start, keep)
             context = context + [inputs[j] for j in keep]
             pending = int(np.argmax(rows[keep[-1]]))
-            likely = [pending, *_plain_rows_tokens(int4_lm, context, pending, 40)]
+            likely = [pending, *_plain_rows_tokens(int4_lm, context, pending, 24)]
             assert engine.length == len(context)
 
 
