@@ -159,8 +159,6 @@ class _Plan:
                 fill = torch.tensor([cache.scratch + a for a in chain], device=device)
             sel = None if len(rows) == n else torch.tensor(rows, device=device)
             self.prefixes.append(_Prefix(b, sel, fill))
-        # Some rows' attention is their tail alone, or several prefixes share the rows.
-        self.partial = len(self.prefixes) > 1 or any(p.rows is not None for p in self.prefixes)
 
     def _where(self, cache: LeanCache, x: int, anc: list[int], length: int) -> int:
         """The cache row holding position x of a row's sequence."""
@@ -169,19 +167,15 @@ class _Plan:
         return cache.scratch + anc[x - length]
 
 
-def _attention(
-    cache: LeanCache, layer: int, q: torch.Tensor, plan: _Plan, out: torch.Tensor
-) -> None:
-    """q (n, kv heads, group, head dim) bfloat16 -> out, same shape, float32."""
+def _attention(cache: LeanCache, layer: int, q: torch.Tensor, plan: _Plan) -> torch.Tensor:
+    """q (n, kv heads, group, head dim) bfloat16 -> (n, heads * head dim) bfloat16."""
     buf = cache.buf[layer]
     n, kv, _, hd = q.shape
     tail = buf.index_select(1, plan.index).view(2, n, TAIL, kv, hd).transpose(2, 3)
     o_tail, lse_tail = _flash(q, tail[0], tail[1], attn_mask=plan.mask)
     if not plan.prefixes:
-        out.copy_(o_tail)
-        return
-    if plan.partial:
-        out.copy_(o_tail)
+        return o_tail.view(n, -1)
+    out = o_tail.float()
     for pre in plan.prefixes:
         if pre.fill is not None:
             buf[:, cache.length : pre.start] = buf[:, pre.fill]
@@ -189,16 +183,17 @@ def _attention(
         pk, pv = buf[:, : pre.start].transpose(1, 2).unsqueeze(1).expand(2, rows, kv, pre.start, hd)
         qs = q if pre.rows is None else q.index_select(0, pre.rows)
         o_pre, lse_pre = _flash(qs, pk, pv)
-        t_out = o_tail.float() if pre.rows is None else out.index_select(0, pre.rows)
+        t_out = out if pre.rows is None else out.index_select(0, pre.rows)
         t_lse = lse_tail if pre.rows is None else lse_tail.index_select(0, pre.rows)
         # The weights spread over whole rows, so that every element-wise kernel runs the
         # same vectorized loop for a row whatever the number of rows.
         w = torch.sigmoid((lse_pre - t_lse).unsqueeze(-1).expand(-1, -1, -1, hd).contiguous())
-        merged = (o_pre.float() - t_out).mul_(w).add_(t_out)
+        merged = torch.lerp(t_out, o_pre.float(), w)
         if pre.rows is None:
-            out.copy_(merged)
+            out = merged
         else:
             out.index_copy_(0, pre.rows, merged)
+    return out.view(n, -1).to(torch.bfloat16)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -232,7 +227,6 @@ def run(
     hq, hk, hd = s.heads * s.head_dim, s.kv_heads * s.head_dim, s.head_dim
     group = s.heads // s.kv_heads
     at = slice(length, length + n) if plan.in_place else slice(cache.scratch, cache.scratch + n)
-    attn = torch.empty((n, s.kv_heads, group, hd), dtype=torch.float32, device=device)
     heads = s.heads + s.kv_heads
     for i, layer in enumerate(model.layers):
         h = F.rms_norm(x, (s.hidden,), layer.attn_norm, s.eps).to(torch.bfloat16)
@@ -241,12 +235,11 @@ def run(
         kv = cache.buf[i, :, at]
         kv[0] = qk[:, s.heads :]
         kv[1] = qkv[:, hq + hk :].view(n, s.kv_heads, hd)
-        _attention(cache, i, qk[:, : s.heads].view(n, s.kv_heads, group, hd), plan, attn)
-        x.add_(layer.o(attn.view(n, hq).to(torch.bfloat16)))
+        attn = _attention(cache, i, qk[:, : s.heads].view(n, s.kv_heads, group, hd), plan)
+        x.add_(layer.o(attn))
         h = F.rms_norm(x, (s.hidden,), layer.ffn_norm, s.eps).to(torch.bfloat16)
         gu = layer.gate_up(h)
-        act = F.silu(gu[:, : s.ffn].float()).mul_(gu[:, s.ffn :])
-        x.add_(layer.down(act.to(torch.bfloat16)))
+        x.add_(layer.down(F.silu(gu[:, : s.ffn]) * gu[:, s.ffn :]))
     if logits_rows <= 0:
         return None
     last = x[n - logits_rows :]

@@ -75,6 +75,8 @@ class LeanEngine:
         return out
 
     def prefill(self, ids: list[int], logits: int = 0) -> Logits | None:
+        if not ids:
+            return None
         out = self._run(ids, None, min(logits, len(ids)))
         self._cache.length = self._length
         return None if out is None else _host(out)
