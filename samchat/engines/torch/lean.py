@@ -21,7 +21,15 @@ from samchat.engines.torch.quant import Embedding, Linear
 from samchat.engines.torch.shape import LlamaShape
 
 TAIL = 64  # keys of a row's tail problem; also the most rows a tree may have
-_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+_FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+
+
+def _flash(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention output and log-sum-exp of each row (one batch entry is one problem)."""
+    out, lse = _FLASH(q, k, v, attn_mask=attn_mask)
+    return out, lse
 
 
 @dataclass
