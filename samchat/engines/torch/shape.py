@@ -48,7 +48,9 @@ class LlamaShape:
                 f"--dtype int4/int8 runs LLaMA-family models; this one is {kind} "
                 "(use --dtype float32)"
             )
-        if getattr(config, "rope_scaling", None) or getattr(config, "attention_bias", False):
+        rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+        scaled = isinstance(rope, dict) and rope.get("rope_type", "default") != "default"
+        if scaled or getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False):
             raise ModelLoadError(
                 "--dtype int4/int8 runs plain LLaMA models (no rope scaling, no attention "
                 "bias); use --dtype float32"
@@ -57,7 +59,7 @@ class LlamaShape:
         hidden = int(config.hidden_size)
         theta = getattr(config, "rope_theta", None)
         if theta is None:
-            theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+            theta = (rope if isinstance(rope, dict) else {}).get("rope_theta", 10000.0)
         return cls(
             layers=int(config.num_hidden_layers),
             hidden=hidden,

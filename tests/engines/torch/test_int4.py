@@ -297,3 +297,32 @@ def test_bad_requests_are_one_line_errors() -> None:
         load_model(ModelSpec(dtype="int4", device="cuda"))
     with pytest.raises(ModelLoadError, match="quantized format"):
         load_model(ModelSpec(dtype="int8", quantize="4bit", device="cpu"))
+
+
+def test_float_weights_requantize_to_the_gguf_grid(gguf_tensors: dict[str, Any]) -> None:
+    """Group-32 quantization of float weights (what a Hugging Face checkpoint or an F16 GGUF
+    gets) finds the Q4_1 grid again from the weights' dequantized values."""
+    from samchat.engines.torch.quant import to_blocks4
+
+    w = decode(gguf_tensors["blk.7.attn_q.weight"])
+    assert isinstance(w, Blocks4)
+    values = w.dequantize()
+    again = to_blocks4(values).dequantize()
+    step = np.repeat(w.scale, 32, axis=1)
+    assert float(np.max(np.abs(again - values) / np.maximum(step, 1e-12))) < 0.51
+    # Off the grid, values would be a quarter of a step away on average.
+    assert float(np.mean(np.abs(again - values) / np.maximum(step, 1e-12))) < 0.03
+
+
+@pytest.mark.parametrize("fmt", ["int4", "int8"])
+def test_a_hugging_face_directory_loads_in_the_cpu_formats(fmt: str) -> None:
+    from samchat.models.default import default_model_dir
+
+    lm = load_model(ModelSpec(source=str(default_model_dir(lambda _: None)), dtype=fmt))
+    assert lm.dtype == fmt and lm.engine == "torch"
+    session = ChatSession(lm, DecodingConfig(method="plain"))
+    messages = [
+        {"role": "user", "content": "What is the capital of France? Answer in one sentence."}
+    ]
+    _, done, _ = _run(session, messages, SamplingParams(max_new_tokens=16))
+    assert "Paris" in done.text
