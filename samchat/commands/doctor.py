@@ -66,15 +66,16 @@ def _llamacpp_rows() -> list[tuple[str, str]]:
     """The engine `auto` picks for the default model, and the llama.cpp build: its version and
     the CPU features it was compiled for (to compare with `cpu flags`)."""
     from samchat.engines.llamacpp import model as llamacpp_model
+    from samchat.engines.registry import engine_kind
     from samchat.models.loader import ModelSpec, choose_engine
 
     try:
         engine = choose_engine(ModelSpec())
+        # The format it runs the default model in: the file's own, or torch's CPU default.
+        fmt = ", the GGUF's own types" if engine_kind(engine).native_gguf else ", float32"
     except SamchatError as exc:
-        engine = f"unknown ({exc})"
-    formats = {"llamacpp": "the GGUF's own types", "torch": "float32 on a CPU"}
-    fmt = formats.get(engine, "")
-    rows = [("engine (auto)", f"{engine} (for the default model{', ' if fmt else ''}{fmt})")]
+        engine, fmt = f"unknown ({exc})", ""
+    rows = [("engine (auto)", f"{engine} (for the default model{fmt})")]
     reason = llamacpp_model.unavailable_reason()
     if reason:
         return [*rows, ("llama.cpp", f"unavailable: {reason}")]

@@ -59,17 +59,18 @@ class EngineKind:
     # Takes --dtype, --quantize and --cuda-graphs (torch's options).
     torch_options: bool
     devices: tuple[str, ...]  # where it runs
-    # "module:name" of its Engine class, or of a function choosing one, called as
-    # name(lm, cache_dir=...).
-    engine_class: str
+    engine_class: str  # "module:Class" of its Engine, constructed as Class(lm, cache_dir=...)
     context_limit: Callable[[Any], int]  # of a loaded model object
     vocab_size: Callable[[Any], int]
     availability: str | None = None  # "module:function" giving why it cannot run here, or None
     # "module:function" loading a GGUF file's weights, for a native_gguf engine.
     gguf_weights: str | None = None
+    # "module:function" choosing the Engine for a loaded model, where the kind has several
+    # (called as function(lm, cache_dir=...)); None: engine_class.
+    opener: str | None = None
 
     def open(self, lm: Any, cache_dir: Path | None = None) -> Engine:
-        engine: Engine = _attr(self.engine_class)(lm, cache_dir=cache_dir)
+        engine: Engine = _attr(self.opener or self.engine_class)(lm, cache_dir=cache_dir)
         return engine
 
     def load_gguf(self, path: Path) -> Any:
@@ -91,9 +92,11 @@ TORCH = EngineKind(
     native_gguf=False,
     torch_options=True,
     devices=DEVICE_TYPES,
-    engine_class="samchat.engines.torch.engine:open_engine",
+    engine_class="samchat.engines.torch.engine:TorchEngine",
     context_limit=_hf_context,
     vocab_size=_hf_vocab,
+    # Packed int4/int8 weights run on the lean forward (lean_engine.py).
+    opener="samchat.engines.torch.engine:open_engine",
 )
 LLAMACPP = EngineKind(
     name="llamacpp",
