@@ -51,7 +51,7 @@ def build_parser(with_commands: bool = True) -> argparse.ArgumentParser:
         parser.set_defaults(command=None)
         return parser
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    bench = sub.add_parser("bench", help="benchmarks (index, decode, ttft, latency)")
+    bench = sub.add_parser("bench", help="benchmarks (index, decode, ttft, latency, perplexity)")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)
     for info in sorted(pkgutil.iter_modules(commands_pkg.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):  # helpers (_support): no sub-command, nothing to import

@@ -43,8 +43,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         "--dtype",
         default=argparse.SUPPRESS,
         choices=DTYPES,
-        help="torch engine; default: auto (a GPU: bfloat16 or float16; a CPU: float32, the "
-        "one dtype whose drafted output is identical to plain decoding there)",
+        help="torch engine; default: auto (a GPU: bfloat16 or float16; a CPU: float32). "
+        "int4 / int8: the CPU's weight-only formats (a GGUF's own 4-bit weights, packed once "
+        "for this CPU); float32, int4 and int8 draft with output identical to plain decoding",
     )
     group.add_argument(
         "--quantize",

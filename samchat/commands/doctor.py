@@ -55,6 +55,7 @@ def report(data_dir: Path | None = None) -> list[tuple[str, str]]:
     rows.append(("default model (converted)", f"{converted} ({state})"))
     rows.append(("SAM core", _sam_backend()))
     rows.extend(_kernel_rows(paths.cache_dir()))
+    rows.extend(_packed_rows(paths.model_cache_dir()))
     rows.append(("data dir", str(data_dir or paths.data_dir())))
     rows.append(("cache dir", str(paths.cache_dir())))
     rows.append(("config dir", str(paths.config_dir())))
@@ -65,13 +66,16 @@ def _llamacpp_rows() -> list[tuple[str, str]]:
     """The engine `auto` picks for the default model, and the llama.cpp build: its version and
     the CPU features it was compiled for (to compare with `cpu flags`)."""
     from samchat.engines.llamacpp import model as llamacpp_model
+    from samchat.engines.registry import engine_kind
     from samchat.models.loader import ModelSpec, choose_engine
 
     try:
         engine = choose_engine(ModelSpec())
+        # The format it runs the default model in: the file's own, or torch's CPU default.
+        fmt = ", the GGUF's own types" if engine_kind(engine).native_gguf else ", float32"
     except SamchatError as exc:
-        engine = f"unknown ({exc})"
-    rows = [("engine (auto)", f"{engine} (for the default model)")]
+        engine, fmt = f"unknown ({exc})", ""
+    rows = [("engine (auto)", f"{engine} (for the default model{fmt})")]
     reason = llamacpp_model.unavailable_reason()
     if reason:
         return [*rows, ("llama.cpp", f"unavailable: {reason}")]
@@ -99,6 +103,18 @@ def _kernel_rows(cache: Path) -> list[tuple[str, str]]:
         )
         for about, plan in plans
     ]
+
+
+def _packed_rows(models: Path) -> list[tuple[str, str]]:
+    """The torch engine's weight-only CPU formats: the instruction set its kernels pack for,
+    and the packed weights kept (packed at a model's first load with --dtype int4/int8)."""
+    import torch
+
+    kept = sorted(p.name for p in (models / "packed").glob("*.safetensors"))
+    cap = torch.backends.cpu.get_cpu_capability()
+    rows = [("torch int4/int8", f"weight-only kernels for {cap} (--dtype int4, --dtype int8)")]
+    rows.append(("packed weights", ", ".join(kept) if kept else "none yet (packed at first load)"))
+    return rows
 
 
 def _enabled_features(info: str) -> str:

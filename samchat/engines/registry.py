@@ -65,9 +65,12 @@ class EngineKind:
     availability: str | None = None  # "module:function" giving why it cannot run here, or None
     # "module:function" loading a GGUF file's weights, for a native_gguf engine.
     gguf_weights: str | None = None
+    # "module:function" choosing the Engine for a loaded model, where the kind has several
+    # (called as function(lm, cache_dir=...)); None: engine_class.
+    opener: str | None = None
 
     def open(self, lm: Any, cache_dir: Path | None = None) -> Engine:
-        engine: Engine = _attr(self.engine_class)(lm, cache_dir=cache_dir)
+        engine: Engine = _attr(self.opener or self.engine_class)(lm, cache_dir=cache_dir)
         return engine
 
     def load_gguf(self, path: Path) -> Any:
@@ -92,6 +95,8 @@ TORCH = EngineKind(
     engine_class="samchat.engines.torch.engine:TorchEngine",
     context_limit=_hf_context,
     vocab_size=_hf_vocab,
+    # Packed int4/int8 weights run on the lean forward (lean_engine.py).
+    opener="samchat.engines.torch.engine:open_engine",
 )
 LLAMACPP = EngineKind(
     name="llamacpp",

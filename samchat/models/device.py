@@ -11,7 +11,9 @@ from samchat.engines.base import DEVICE_TYPES
 from samchat.errors import ModelLoadError
 
 DEVICES = ("auto", *DEVICE_TYPES)
-DTYPES = ("auto", "float32", "float16", "bfloat16")
+# int4 / int8: weight-only formats of the torch engine on the CPU (engines/torch/quant.py).
+WEIGHT_FORMATS = ("int4", "int8")
+DTYPES = ("auto", "float32", "float16", "bfloat16", *WEIGHT_FORMATS)
 
 
 def accelerator_possible() -> bool:
@@ -48,7 +50,7 @@ def resolve_device(name: str) -> Any:
 def resolve_dtype(name: str, device: Any) -> Any:
     import torch
 
-    if name not in DTYPES:
+    if name not in DTYPES or name in WEIGHT_FORMATS:
         raise ModelLoadError(f"unknown dtype {name!r}; use one of {', '.join(DTYPES)}")
     if name != "auto":
         return getattr(torch, name)

@@ -84,6 +84,10 @@ def test_qualified_methods_group_by_configuration_plain_first() -> None:
         "torch:plain",
         "torch:sam",
     )
+    assert parse_methods("torch/int4:sam+tr", "llamacpp") == (
+        "torch/int4:plain",
+        "torch/int4:sam+tr",
+    )
     assert parse_methods(" pld , tr ", "torch/float16") == (
         "torch/float16:plain",
         "torch/float16:pld",
@@ -97,7 +101,7 @@ def test_qualified_methods_group_by_configuration_plain_first() -> None:
         ("gpu:plain", "unknown engine 'gpu'"),
         ("auto:sam+tr", "unknown engine 'auto'"),
         ("llamacpp/bfloat16:plain", "takes no dtype"),
-        ("torch/int4:plain", "unknown dtype 'int4'"),
+        ("torch/int3:plain", "unknown dtype 'int3'"),
         ("llamacpp:fast,torch:sam", "unknown method.*llamacpp:fast"),
         ("torch:", "unknown method"),
         (" , ", "unknown method"),

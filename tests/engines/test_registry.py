@@ -23,6 +23,9 @@ def test_every_kind_names_an_engine_that_opens() -> None:
         cls = getattr(__import__(module, fromlist=[name]), name)
         for op in ("prefill", "forward", "commit", "crop", "cost_curve", "describe"):
             assert callable(getattr(cls, op)), (kind.name, op)
+        if kind.opener is not None:
+            module, _, name = kind.opener.partition(":")
+            assert callable(getattr(__import__(module, fromlist=[name]), name)), kind.name
         reason = kind.unavailable_reason()
         assert reason is None or isinstance(reason, str)
         assert set(kind.devices) <= {"cpu", "cuda", "mps"} and "cpu" in kind.devices

@@ -247,3 +247,15 @@ class TorchEngine:
         if curve is None or curve.kernels is None:
             return "chosen by measurement at the first reply"
         return curve.kernels.describe()
+
+
+def open_engine(lm: Any, cache_dir: Path | None = None) -> Any:
+    """The torch engine for lm: the lean forward for packed int4/int8 weights, else the
+    Hugging Face model's own."""
+    from samchat.engines.torch.lean import LeanModel
+
+    if isinstance(lm.model, LeanModel):
+        from samchat.engines.torch.lean_engine import LeanEngine
+
+        return LeanEngine(lm, cache_dir=cache_dir)
+    return TorchEngine(lm, cache_dir=cache_dir)

@@ -1,0 +1,74 @@
+"""`samchat bench perplexity`: each configuration's perplexity on the same text, e.g. llama.cpp
+against the torch engine's int4 format on the same GGUF."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from samchat.cli_options import add_model_options, spec_from_args
+from samchat.errors import SamchatError
+
+
+def register_bench(sub: Any) -> None:
+    parser = sub.add_parser("perplexity", help="perplexity of a text per engine/dtype")
+    parser.add_argument("--text", type=Path, required=True, help="a UTF-8 text file")
+    parser.add_argument(
+        "--methods",
+        default="llamacpp,torch/int4",
+        help="comma-separated ENGINE[/DTYPE] (default llamacpp,torch/int4)",
+    )
+    parser.add_argument("--json", type=Path, default=None, help="write the results here too")
+    add_model_options(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from samchat.bench.decode import setup_spec
+    from samchat.bench.perplexity import parse_setups, perplexity
+    from samchat.engines.cpu import cpu_name
+    from samchat.models import load_model
+    from samchat.models.loader import choose_engine
+
+    try:
+        text = args.text.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SamchatError(f"cannot read --text {args.text}: {exc}") from None
+    base = replace(spec_from_args(args), engine=getattr(args, "engine", "auto") or "auto")
+    labels = parse_setups(args.methods)
+    specs = {label: setup_spec(base, label) for label in labels}
+    for spec in specs.values():  # every configuration can run before any is loaded
+        choose_engine(spec)
+
+    def say(msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    results: dict[str, dict[str, Any]] = {}
+    for label, spec in specs.items():
+        lm = load_model(spec, progress=say)
+        ids = list(lm.tokenizer(text, add_special_tokens=False)["input_ids"])
+        limit = lm.context_limit
+        if len(ids) > limit:
+            say(f"{label}: the text's {len(ids)} tokens cut to the model's context ({limit})")
+            ids = ids[:limit]
+        engine = lm.kind.open(lm)
+        t0 = time.perf_counter()
+        result = perplexity(engine, ids)
+        seconds = time.perf_counter() - t0
+        say(f"{label}: {result.perplexity:.4f} over {result.tokens} tokens ({seconds:.1f} s)")
+        results[label] = {**result.to_dict(), "dtype": lm.dtype, "engine": engine.describe()}
+        del engine, lm
+    first = next(iter(results.values()))["perplexity"]
+    width = max(len(label) for label in results)
+    print(f"{args.text.name}, {cpu_name()}")
+    for label, r in results.items():
+        print(f"{label:<{width}}  {r['perplexity']:.4f}  ({r['perplexity'] / first - 1:+.2%})")
+    if args.json is not None:
+        out = {"text": str(args.text), "cpu": cpu_name(), "methods": results}
+        args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    return 0

@@ -1,0 +1,151 @@
+"""The torch engine on packed int4/int8 weights (CPU): the lean forward (lean.py) behind the
+Engine interface. Verification rows equal one-token steps bit for bit, so drafting is lossless,
+and the int4 kernel's flat cost curve lets drafts pay."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from samchat.engines.base import Logits
+from samchat.engines.cost import CURVES, CostCurve, measure_engine
+from samchat.engines.torch.lean import TAIL, LeanCache, LeanModel, run
+
+if TYPE_CHECKING:
+    from samchat.engines.layout import TreeLayout
+
+
+def _host(logits: torch.Tensor) -> Logits:
+    out: Logits = logits.numpy()
+    return out
+
+
+class LeanEngine:
+    name = "torch"
+    device_type = "cpu"
+    # Every row is computed alone, so pieces of any size give the same cache: pieces this
+    # long keep a long read cancellable without costing speed.
+    prefill_chunk = 512
+    exact_rows = TAIL
+    plain_reason: str | None = None
+    tree_reason: str | None = None
+    inexact_reason: str | None = None
+
+    def __init__(self, lm: Any, cache_dir: Path | None = None) -> None:
+        self.lm = lm
+        self.model: LeanModel = lm.model
+        self.cache_dir = cache_dir  # where measured costs are kept (None: this process only)
+        self._cache = LeanCache(self.model.shape)
+        self._length = 0
+        # After a tree forward: where it started (its inputs wait in the scratch rows).
+        self._tree_at: int | None = None
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    def reset(self) -> None:
+        self._length = self._cache.length = 0
+        self._tree_at = None
+
+    def crop(self, length: int) -> None:
+        if length >= self._length:
+            return
+        at = self._tree_at
+        if at is not None and length > at:  # keep the tree's first inputs, as a sequence
+            self._move(at, list(range(length - at)))
+        self._tree_at = None
+        self._length = self._cache.length = length
+
+    def plan_read(self, cached: int, new: int) -> None:
+        """One cache layout for every read."""
+
+    def _run(self, ids: list[int], parents: list[int] | None, logits: int) -> torch.Tensor | None:
+        if self._tree_at is not None:  # an uncommitted tree: gone
+            self.crop(self._tree_at)
+        self._cache.length = self._length
+        with torch.inference_mode():
+            out = run(self.model, self._cache, ids, parents, logits)
+        self._length += len(ids)
+        self._tree_at = self._cache.length if parents is not None else None
+        return out
+
+    def prefill(self, ids: list[int], logits: int = 0) -> Logits | None:
+        if not ids:
+            return None
+        out = self._run(ids, None, min(logits, len(ids)))
+        self._cache.length = self._length
+        return None if out is None else _host(out)
+
+    def forward(self, ids: list[int], layout: TreeLayout | None = None) -> Logits:
+        parents = None
+        if layout is not None and layout.depths != list(range(layout.n)):
+            parents = layout.parents  # a tree; a chain is a sequence, written in place
+        out = self._run(ids, parents, len(ids))
+        assert out is not None
+        return _host(out)
+
+    def _move(self, start: int, keep: list[int]) -> None:
+        """Rows keep[i] of the last forward (scratch rows for a tree) to start + i."""
+        cache = self._cache
+        base = cache.scratch if self._tree_at is not None else start
+        src = torch.tensor(keep, dtype=torch.long) + base
+        with torch.inference_mode():
+            rows = cache.buf.index_select(2, src)
+            cache.buf[:, :, start : start + len(keep)] = rows
+
+    def commit(self, start: int, keep: list[int]) -> None:
+        if self._tree_at is not None or keep != list(range(len(keep))):
+            self._move(start, keep)
+        self._tree_at = None
+        self._length = self._cache.length = start + len(keep)
+
+    def fit(self, measure: bool = True) -> None:
+        """One kernel for every row count: nothing to choose."""
+
+    def _about(self) -> dict[str, str]:
+        from samchat.engines.cpu import cpu_name
+
+        lm = self.lm
+        return {
+            "engine": "torch",
+            "model": str(getattr(lm, "name", "")),
+            "source": str(getattr(lm, "source", "")),
+            "shape": f"lean LLaMA, {self.model.parameters_count} parameters",
+            "device": "cpu",
+            "dtype": self.model.fmt,
+            "cpu": cpu_name(),
+            "capability": str(torch.backends.cpu.get_cpu_capability()),
+            "threads": str(torch.get_num_threads()),
+            "torch": torch.__version__,
+        }
+
+    def _digest(self) -> str:
+        text = "|".join(self._about().values())
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def _curve_file(self) -> Path | None:
+        cache = self.cache_dir
+        return cache / "costs" / f"{self._digest()}.json" if cache is not None else None
+
+    def cached_cost_curve(self) -> CostCurve | None:
+        return CURVES.known(self._digest(), self._curve_file())
+
+    def cost_curve(self, cancelled: Callable[[], bool] | None = None) -> CostCurve:
+        def measure() -> CostCurve:
+            # On an engine of its own: this one's cache holds the conversation.
+            other = LeanEngine(self.lm)
+            return measure_engine(other, self.model.shape.vocab, cancelled=cancelled)
+
+        return CURVES.get(self._digest(), self._curve_file(), measure, self._about())
+
+    def describe(self) -> str:
+        cap = torch.backends.cpu.get_cpu_capability()
+        return (
+            f"torch {torch.__version__} ({self.model.fmt} weight-only on cpu, {cap}; lean LLaMA "
+            f"forward, rows exact; weights {self.model.about})"
+        )

@@ -1,0 +1,213 @@
+"""Packed int4/int8 weights kept on disk: packed for this CPU at first load (the kernel's layout
+depends on the instruction set torch uses), then memory-mapped by every later start.
+
+A kept file is keyed by the model file's identity, the format, the instruction set and the
+torch version, written atomically, and checked on reading: a corrupt or foreign one is packed
+again, with a one-line notice."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from samchat.engines.torch.gguf_weights import Tensor, read_gguf
+from samchat.engines.torch.lean import LeanModel
+from samchat.engines.torch.quant import FORMATS, Embedding, pack, pack8
+from samchat.engines.torch.shape import LlamaShape
+from samchat.errors import ModelLoadError
+
+Say = Callable[[str], None]
+# Bumped when the packed layout or the quantization changes: older files are packed again.
+LAYOUT = "1"
+ALIGN = 64
+
+
+def cpu_capability() -> str:
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
+def file_identity(path: Path) -> str:
+    """A model file or directory by where it is, its size and mtime (as converted models are
+    keyed): a changed file is packed again."""
+    parts = [str(path.resolve())]
+    files = [*sorted(path.glob("*.safetensors")), path / "config.json"] if path.is_dir() else [path]
+    for f in files:
+        stat = f.stat()
+        parts.append(f"{f.name}|{stat.st_size}|{stat.st_mtime_ns}")
+    return "|".join(parts)
+
+
+def _key(identity: str, fmt: str) -> dict[str, str]:
+    return {
+        "identity": identity,
+        "format": fmt,
+        "capability": cpu_capability(),
+        "torch": torch.__version__.split("+")[0],
+        "layout": LAYOUT,
+    }
+
+
+def kept_path(cache_dir: Path, name: str, identity: str, fmt: str) -> Path:
+    digest = hashlib.sha256(json.dumps(_key(identity, fmt), sort_keys=True).encode()).hexdigest()
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:60]
+    return cache_dir / "packed" / f"{safe}-{fmt}-{digest[:16]}.safetensors"
+
+
+def convert(shape: LlamaShape, tensors: dict[str, Tensor], fmt: str) -> dict[str, torch.Tensor]:
+    """The lean forward's tensors: fused q/k/v and gate/up, each linear packed in `fmt`, the
+    output projection in int8 and the embedding's exact rows."""
+    if fmt not in FORMATS:
+        raise ModelLoadError(f"unknown weight format {fmt!r}; use one of {', '.join(FORMATS)}")
+    out: dict[str, torch.Tensor] = {}
+
+    def vector(w: Tensor) -> torch.Tensor:
+        assert isinstance(w, np.ndarray)
+        return torch.from_numpy(np.array(w, dtype=np.float32))  # a writable copy
+
+    try:
+        for i in range(shape.layers):
+            for name, parts in (
+                ("qkv", ("q", "k", "v")),
+                ("o", ("o",)),
+                ("gu", ("gate", "up")),
+                ("down", ("down",)),
+            ):
+                w, s = pack(fmt, [tensors[f"{i}.{p}"] for p in parts])
+                out[f"{i}.{name}.w"], out[f"{i}.{name}.s"] = w, s
+            out[f"{i}.attn_norm"] = vector(tensors[f"{i}.attn_norm"])
+            out[f"{i}.ffn_norm"] = vector(tensors[f"{i}.ffn_norm"])
+    except KeyError as exc:
+        raise ModelLoadError(f"the model has no tensor {exc}; it is not a LLaMA model") from exc
+    out["norm"] = vector(tensors["norm"])
+    out.update(Embedding.of(tensors["embed"]).tensors())
+    out["out.w"], out["out.s"] = pack8([tensors.get("out", tensors["embed"])])
+    return out
+
+
+def hf_tensors(directory: Path) -> tuple[LlamaShape, dict[str, Tensor]]:
+    """A Hugging Face LLaMA checkpoint's weights as float32, named as gguf_weights names them."""
+    from safetensors.numpy import load_file
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(directory, local_files_only=True)
+    shape = LlamaShape.from_hf(config)
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(f"{directory} has no safetensors weights for --dtype int4/int8")
+    raw: dict[str, Any] = {}
+    for f in files:
+        raw.update(load_file(str(f)))
+    names = {
+        "self_attn.q_proj": "q",
+        "self_attn.k_proj": "k",
+        "self_attn.v_proj": "v",
+        "self_attn.o_proj": "o",
+        "mlp.gate_proj": "gate",
+        "mlp.up_proj": "up",
+        "mlp.down_proj": "down",
+        "input_layernorm": "attn_norm",
+        "post_attention_layernorm": "ffn_norm",
+    }
+    out: dict[str, Tensor] = {}
+    for key, value in raw.items():
+        arr = np.asarray(value, dtype=np.float32)
+        base = key.removeprefix("model.").removesuffix(".weight")
+        if base == "embed_tokens":
+            out["embed"] = arr
+        elif base == "norm":
+            out["norm"] = arr
+        elif key == "lm_head.weight":
+            out["out"] = arr
+        elif base.startswith("layers."):
+            _, layer, rest = base.split(".", 2)
+            if rest in names:
+                out[f"{layer}.{names[rest]}"] = arr
+    if getattr(config, "tie_word_embeddings", True):
+        out.pop("out", None)
+    return shape, out
+
+
+def _read_source(source: Path) -> tuple[LlamaShape, dict[str, Tensor]]:
+    return hf_tensors(source) if source.is_dir() else read_gguf(source)
+
+
+def _serialize(tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> bytes:
+    """The safetensors bytes, the header padded so that the tensors' data starts 64-byte
+    aligned: the kernels load packed weights with aligned vector loads."""
+    from safetensors.torch import save
+
+    ordered = {k: v.contiguous() for k, v in tensors.items()}
+    for pad in range(0, ALIGN, 8):
+        data = save(ordered, metadata={**meta, "pad": " " * pad})
+        if (8 + int.from_bytes(data[:8], "little")) % ALIGN == 0:
+            return data
+    return data
+
+
+def _write(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".packing-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(_serialize(tensors, meta))
+        os.replace(tmp, path)  # atomic: a half-written file is never taken for a whole one
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """A mapped tensor as the kernels take it (a copy where it does not start aligned)."""
+    return t if t.data_ptr() % ALIGN == 0 else t.clone()
+
+
+def _read(path: Path, key: dict[str, str]) -> tuple[LlamaShape, dict[str, torch.Tensor]]:
+    """The kept tensors, memory-mapped; ValueError when the file is not what `key` names."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+    for k, v in key.items():
+        if meta.get(k) != v:
+            raise ValueError(f"it was packed for another {k}")
+    shape = LlamaShape.from_json(meta["shape"])
+    return shape, {k: _aligned(v) for k, v in load_file(str(path)).items()}
+
+
+def load_lean(
+    source: Path, name: str, fmt: str, cache_dir: Path | None, say: Say | None = None
+) -> LeanModel:
+    """The model at `source` (a GGUF file or a Hugging Face directory) in `fmt`: mapped from
+    the kept packed file in cache_dir, or packed now (and kept, when there is a cache_dir)."""
+    notice = say or (lambda _: None)
+    identity = file_identity(source)
+    key = _key(identity, fmt)
+    path = kept_path(cache_dir, name, identity, fmt) if cache_dir is not None else None
+    if path is not None and path.is_file():
+        try:
+            shape, tensors = _read(path, key)
+            return LeanModel(fmt, shape, tensors, f"mapped {path.name}")
+        except Exception as exc:  # safetensors raises several types: all mean "not usable"
+            notice(f"the packed weights {path} are unusable ({exc}); packing them again")
+    notice(f"packing {name} as {fmt} for this CPU ({cpu_capability()}; once)")
+    shape, raw = _read_source(source)
+    tensors = convert(shape, raw, fmt)
+    del raw
+    if path is None:
+        return LeanModel(fmt, shape, tensors, "packed in memory")
+    try:
+        _write(path, tensors, {**key, "shape": shape.to_json()})
+    except OSError as exc:
+        notice(f"could not keep the packed weights in {path.parent}: {exc}")
+        return LeanModel(fmt, shape, tensors, "packed in memory")
+    shape, mapped = _read(path, key)
+    return LeanModel(fmt, shape, mapped, f"packed into {path.name}")
