@@ -74,6 +74,9 @@ class LeanEngine:
         self._tree_at = self._cache.length if parents is not None else None
         return out
 
+    def stop_reading(self) -> None:
+        """A torch forward cannot stop midway: the session stops between pieces."""
+
     def prefill(self, ids: list[int], logits: int = 0) -> Logits | None:
         if not ids:
             return None
