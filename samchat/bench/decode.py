@@ -23,6 +23,7 @@ from pathlib import Path
 from statistics import mean
 from typing import TYPE_CHECKING, Any
 
+from samchat.decoding.prompt import render_prompt
 from samchat.engines.registry import DEFAULT, KINDS, engine_kind
 from samchat.errors import SamchatError
 from samchat.messages import Message
@@ -457,7 +458,9 @@ class DecodeBench:
         history = messages[:-1]
 
         def prompt_tokens(content: str) -> int:
-            return len(render(lm.tokenizer, [*history, {"role": "user", "content": content}]))
+            return len(
+                render_prompt(lm.tokenizer, [*history, {"role": "user", "content": content}])
+            )
 
         def count(text: str) -> int:
             return len(lm.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -674,7 +677,7 @@ class DecodeBench:
         yields at least one token: every call is a step, as in samchat's count."""
         lm = self.models[label]
         llm = self._llamas[label]
-        prompt = render(lm.tokenizer, messages)
+        prompt = render_prompt(lm.tokenizer, messages)
         room = int(llm.n_ctx()) - len(prompt)
         if room <= 0:
             raise SamchatError(
@@ -708,13 +711,6 @@ def reply_cost(curve: Any, context: int, sizes: Sequence[int]) -> float:
 def _strip_eos(ids: list[int], eos_ids: Sequence[int]) -> list[int]:
     while ids and ids[-1] in eos_ids:
         ids = ids[:-1]
-    return ids
-
-
-def render(tokenizer: Any, messages: list[Message]) -> list[int]:
-    """The prompt ids samchat's ChatSession renders for messages (assistant prompt appended)."""
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    ids: list[int] = tokenizer(text, add_special_tokens=False)["input_ids"]
     return ids
 
 
