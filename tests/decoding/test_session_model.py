@@ -424,8 +424,8 @@ def bf16_lm() -> Any:
 def test_half_precision_drafting_says_it_may_differ(bf16_lm: Any) -> None:
     """bfloat16 verification on a CPU rounds differently from one-token decoding (measured with
     the ordinary kernels: 11 of 13 greedy replies differed; an exact mode that passed its check
-    still differed, docs/benchmarks.md 2026-12-03), so a drafting session says so once; plain
-    sessions do not."""
+    still differed, docs/history/benchmarks-log.md 2026-12-03), so a drafting session says so
+    once; plain sessions do not."""
     params = SamplingParams(max_new_tokens=4, temperature=0.0)
     messages = [{"role": "user", "content": "Say hi."}]
 
