@@ -70,7 +70,7 @@ lint: setup
 	$(BIN)/ruff check samchat tests scripts
 	$(BIN)/ruff format --check samchat tests scripts
 	$(BIN)/lint-imports --no-cache
-	@# Comments say why, not when: evidence with its date lives in docs/benchmarks.md.
+	@# Comments say why, not when: evidence with its date lives in docs/history/benchmarks-log.md.
 	@! grep -rnE --include='*.py' '20[0-9]{2}-[01][0-9]-[0-3][0-9]' samchat \
 		|| { echo "error: a date in samchat/ (above); point to docs/benchmarks.md instead"; exit 1; }
 

@@ -1,18 +1,21 @@
 """The tests' shared, typed stand-ins: a model record as ChatSession reads it, an engine on a
-fake clock, and a reply's stored figures for tests that save replies they did not generate.
+fake clock, a drafter that proposes what it is told, and a reply's stored figures for tests
+that save replies they did not generate.
 Fakes are for properties (what a measurement or the loop does with given costs); losslessness
 is tested on the real model."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from samchat.chat.record import StoredStats
+from samchat.decoding.drafter import Drafter
 from samchat.decoding.events import ReplyStats
+from samchat.decoding.tree import DraftTree
 from samchat.engines import Logits
 from samchat.engines.cost import CostCurve
 from samchat.engines.layout import TreeLayout
@@ -134,3 +137,90 @@ class ClockedEngine:
 
     def describe(self) -> str:
         return "a fake clock"
+
+
+DraftShape = Literal["sequence", "pairs", "siblings"]
+
+
+class FakeDrafter(Drafter):
+    """A drafter that proposes from `tokens`, for tests of the policy and the decoding loop.
+
+    `shape` is what a proposal of at most n nodes looks like:
+    - "sequence": the next n tokens in a row (an automaton's draft);
+    - "pairs": a two-level tree, each token a child of the root with `token + 1000` below it;
+    - "siblings": a chain in which every level holds a wrong sibling first, then the right
+      token (`token + 1` modulo `vocab`): trees get walked.
+
+    With `follow`, `tokens` is the reply's script: begin() starts it over and advance() moves
+    along it as tokens are committed (a drafter that proposes plain decoding's own output, so
+    every draft is accepted). Without, it proposes from the start each time.
+    `match` is what match_len() says (tests change it between steps); `expected` is the
+    tokens a draft of 8 nodes is expected to get accepted, in proportion for other sizes.
+    `asked` records the size of each proposal asked for, `feedbacks` each feedback()."""
+
+    def __init__(
+        self,
+        name: str,
+        tokens: Sequence[int],
+        *,
+        match: int = 0,
+        shape: DraftShape = "sequence",
+        follow: bool = False,
+        tree_sizes: Sequence[int] = (),
+        expected: float = 0.0,
+        vocab: int = 49152,
+    ) -> None:
+        self.name = name
+        self.tokens = list(tokens)
+        self.match = match
+        self.shape: DraftShape = shape
+        self.follow = follow
+        self.sizes = tuple(tree_sizes)
+        self.expected = expected
+        self.vocab = vocab
+        self.pos = 0
+        self.asked: list[int] = []
+        self.feedbacks: list[int] = []
+
+    def begin(self, context: Sequence[int]) -> None:
+        if self.follow:
+            self.pos = 0
+
+    def match_len(self) -> int:
+        return self.match
+
+    def tree_sizes(self) -> Sequence[int]:
+        return self.sizes
+
+    def expected_accepted(self, max_nodes: int) -> float:
+        return self.expected * max_nodes / 8
+
+    def propose(self, max_nodes: int) -> DraftTree | None:
+        self.asked.append(max_nodes)
+        seq = self.tokens[self.pos : self.pos + max_nodes]
+        if not seq:
+            return None
+        if self.shape == "sequence":
+            return DraftTree.sequence(seq, self.name)
+        tokens: list[int] = []
+        parents: list[int] = []
+        if self.shape == "pairs":
+            for t in seq:
+                if len(tokens) + 2 > max_nodes:
+                    break
+                tokens += [t, t + 1000]
+                parents += [-1, len(tokens) - 2]
+            return DraftTree(tokens, parents, self.name) if tokens else None
+        parent = -1
+        for t in seq[: max(1, max_nodes // 2)]:
+            tokens += [(t + 1) % self.vocab, t]
+            parents += [parent, parent]
+            parent = len(tokens) - 1
+        return DraftTree(tokens, parents, self.name)
+
+    def advance(self, tokens: Sequence[int]) -> None:
+        if self.follow:
+            self.pos += len(tokens)
+
+    def feedback(self, accepted: int) -> None:
+        self.feedbacks.append(accepted)

@@ -9,6 +9,8 @@ that machine drift spreads evenly over them.
 Methods are named ENGINE[/DTYPE]:METHOD (`llamacpp:sam+tr`, `torch/bfloat16:plain`); a bare
 METHOD runs on the default configuration (what --engine, or auto, picks for --model). Every
 configuration's plain decoding runs too: it is the yardstick of that configuration's methods.
+Here: the method names (`parse_methods`), the questions and the runner (`DecodeBench`);
+baselines.py runs each engine's own prompt lookup, report.py turns the runs into the table.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import json
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from statistics import mean
 from typing import TYPE_CHECKING, Any
 
+from samchat.bench.baselines import llama_pld, llama_pld_reply, torch_pld
+from samchat.bench.report import Question, Results, Run, reply_cost, split_key
+from samchat.decoding.prompt import render_prompt
 from samchat.engines.registry import DEFAULT, KINDS, engine_kind
 from samchat.errors import SamchatError
 from samchat.messages import Message
@@ -33,174 +37,12 @@ if TYPE_CHECKING:
 ALL_METHODS = ("plain", "pld", "sam", "tr", "sam+tr")
 BENCH_ENGINES = tuple(kind.name for kind in KINDS)
 SYNTAX = "METHOD or ENGINE[/DTYPE]:METHOD"
-# llama-cpp-python's prompt lookup decoding (the llama.cpp peer of transformers' PLD)
-LLAMA_PLD_TOKENS = 10
-LLAMA_PLD_NGRAM = 2  # LlamaPromptLookupDecoding's default
 Progress = Callable[[str], None]
-# method -> category -> figure: numbers, and per-drafter mappings (accepted_by, mat_by, steps_by)
-Table = dict[str, dict[str, dict[str, Any]]]
-
-
-@dataclass(frozen=True)
-class Question:
-    question_id: str
-    category: str
-    turns: tuple[str, ...]
-
-
-@dataclass
-class Run:
-    """One method on one question (all its turns)."""
-
-    tokens: int  # reply tokens (end-of-sequence excluded)
-    seconds: float
-    steps: int  # verification forwards
-    token_ids: list[int]
-    committed: int = 0  # tokens the forwards produced, end-of-sequence included (for MAT)
-    # Per drafter of the step ("plain", "dyn", "tr", "dyn+tr", ...): steps and the tokens they
-    # committed; per source of each reply token ("plain" = bonus): tokens.
-    steps_by: dict[str, int] = field(default_factory=dict)
-    committed_by: dict[str, int] = field(default_factory=dict)
-    tokens_by: dict[str, int] = field(default_factory=dict)
-    # The forwards' cost on the engine's measured cost curve, in one-token forwards: what the
-    # cost model predicts, without the time spent outside forwards.
-    cost: float = 0.0
-    # Seconds from the end of prefill to the end of each reply (ReplyDone's stats): the part
-    # the cost model speaks of. `seconds` also holds the prefill, alike for every method.
-    decode_seconds: float = 0.0
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
-
-
-def _decode_speed(runs: dict[str, Run], qids: list[str]) -> float:
-    """Reply tokens per second of decoding (prefill left out) over these questions."""
-    chosen = [runs[q] for q in qids if q in runs]
-    seconds = sum(r.decode_seconds for r in chosen)
-    return sum(r.tokens for r in chosen) / seconds if seconds > 0 else 0.0
-
-
-def _by_drafter(runs: list[Run]) -> dict[str, dict[str, float]]:
-    """accepted_by: each source's share of the reply tokens; mat_by: tokens per step of each
-    step kind (a drafter, a merged tree, or plain), counting every token a step verified, even
-    past a length or stop limit where the overall MAT stops. Empty for methods without steps."""
-    tokens: dict[str, int] = {}
-    steps: dict[str, int] = {}
-    committed: dict[str, int] = {}
-    for run in runs:
-        for table, part in ((tokens, run.tokens_by), (steps, run.steps_by)):
-            for k, v in part.items():
-                table[k] = table.get(k, 0) + v
-        for k, v in run.committed_by.items():
-            committed[k] = committed.get(k, 0) + v
-    if not steps:
-        return {}
-    total = sum(tokens.values())
-    return {
-        "accepted_by": {k: round(v / total, 3) for k, v in sorted(tokens.items())} if total else {},
-        "mat_by": {k: round(committed[k] / n, 3) for k, n in sorted(steps.items())},
-        "steps_by": {k: float(n) for k, n in sorted(steps.items())},
-    }
 
 
 def setup_label(engine: str, dtype: str = "auto") -> str:
     """A configuration's name: the engine, and the dtype unless it is auto (torch/bfloat16)."""
     return engine if dtype == "auto" else f"{engine}/{dtype}"
-
-
-def split_key(key: str) -> tuple[str, str]:
-    """A method key's configuration and method: 'torch/bfloat16:sam+tr' -> ('torch/bfloat16',
-    'sam+tr')."""
-    label, _, method = key.rpartition(":")
-    return label, method
-
-
-def plain_of(key: str) -> str:
-    """The key of the plain decoding that `key` is measured against."""
-    return f"{split_key(key)[0]}:plain"
-
-
-@dataclass
-class Results:
-    """runs[method][question_id] plus each question's category."""
-
-    methods: tuple[str, ...]
-    categories: dict[str, str] = field(default_factory=dict)
-    runs: dict[str, dict[str, Run]] = field(default_factory=dict)
-    changed: int = 0  # replies that differed between passes (keep_fastest)
-
-    def add(self, method: str, question: Question, run: Run) -> None:
-        self.categories[question.question_id] = question.category
-        self.runs.setdefault(method, {})[question.question_id] = run
-
-    def table(self) -> Table:
-        """method -> category (and "overall") -> tokens_per_s, speedup_vs_plain (the same
-        configuration's plain), speedup_vs_best_plain (the fastest plain of the run), mat,
-        identical (to the same configuration's plain) and questions."""
-        order = list(dict.fromkeys(self.categories.values()))
-        plains = [m for m in self.methods if split_key(m)[1] == "plain"]
-        out: Table = {}
-        for method in self.methods:
-            runs = self.runs.get(method, {})
-            plain = self.runs.get(plain_of(method), {})
-            rows: dict[str, dict[str, Any]] = {}
-            for category in [*order, "overall"]:
-                qids = [
-                    q
-                    for q, c in self.categories.items()
-                    if (category == "overall" or c == category) and q in runs
-                ]
-                if not qids:
-                    continue
-                speed = mean(runs[q].tokens_per_s for q in qids)
-                plain_speed = self._speed(plain, qids)
-                best_plain = max(
-                    (self._speed(self.runs.get(p, {}), qids) for p in plains), default=0
-                )
-                steps = sum(runs[q].steps for q in qids)
-                committed = sum(runs[q].committed for q in qids)
-                by: dict[str, Any] = _by_drafter([runs[q] for q in qids])
-                cost = sum(runs[q].cost for q in qids)
-                if by and cost > 0:
-                    # committed tokens per one-token forward's worth of verification cost
-                    by["predicted_vs_plain"] = round(committed / cost, 3)
-                decode = _decode_speed(runs, qids)
-                plain_decode = _decode_speed(plain, qids)
-                if by and decode and plain_decode:
-                    # what the cost model's figure is to be compared with (no prefill)
-                    by["decode_speedup_vs_plain"] = round(decode / plain_decode, 3)
-                rows[category] = {
-                    **by,
-                    "tokens_per_s": round(speed, 2),
-                    "speedup_vs_plain": round(speed / plain_speed, 3) if plain_speed else 0.0,
-                    "speedup_vs_best_plain": round(speed / best_plain, 3) if best_plain else 0.0,
-                    "mat": round(committed / steps, 3) if steps else 0.0,
-                    "identical": sum(
-                        1 for q in qids if q in plain and runs[q].token_ids == plain[q].token_ids
-                    ),
-                    "questions": len(qids),
-                }
-            out[method] = rows
-        return out
-
-    def keep_fastest(self, other: Results) -> None:
-        """Per method and question, keep the faster of this run and `other`'s; a reply that
-        differs between the two is counted in `changed` (greedy decoding is deterministic)."""
-        for method, runs in other.runs.items():
-            mine = self.runs.setdefault(method, {})
-            for qid, run in runs.items():
-                old = mine.get(qid)
-                if old is not None and old.token_ids != run.token_ids:
-                    self.changed += 1
-                if old is None or run.seconds < old.seconds:
-                    mine[qid] = run
-        self.categories.update(other.categories)
-
-    @staticmethod
-    def _speed(runs: dict[str, Run], qids: list[str]) -> float:
-        speeds = [runs[q].tokens_per_s for q in qids if q in runs]
-        return mean(speeds) if speeds else 0.0
 
 
 def default_questions_path() -> Path:
@@ -457,7 +299,9 @@ class DecodeBench:
         history = messages[:-1]
 
         def prompt_tokens(content: str) -> int:
-            return len(render(lm.tokenizer, [*history, {"role": "user", "content": content}]))
+            return len(
+                render_prompt(lm.tokenizer, [*history, {"role": "user", "content": content}])
+            )
 
         def count(text: str) -> int:
             return len(lm.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -565,9 +409,10 @@ class DecodeBench:
             if method != "pld":
                 raw, seconds, steps = self._session(key, lm, messages, total)
             elif label in self._llamas:
-                raw, seconds, steps = self._llama_pld(label, messages)
+                llm = self._llamas[label]
+                raw, seconds, steps = llama_pld_reply(llm, lm, messages, self.params.max_new_tokens)
             else:
-                raw, seconds, steps = self._torch_pld(lm, messages)
+                raw, seconds, steps = torch_pld(lm, messages, self.params.max_new_tokens)
             ids = _strip_eos(raw, lm.eos_ids)
             text = lm.tokenizer.decode(ids, skip_special_tokens=True)
             messages.append({"role": "assistant", "content": text})
@@ -634,211 +479,8 @@ class DecodeBench:
                     out[label]["long"] = curve.long.long_parts()
         return out
 
-    def _torch_pld(self, lm: Any, messages: list[Message]) -> tuple[list[int], float, int]:
-        """transformers' own prompt lookup decoding on the same model."""
-        import torch
-
-        tok = lm.tokenizer
-        enc = tok.apply_chat_template(
-            messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
-        )
-        input_ids = enc["input_ids"].to(lm.device)
-        calls = [0]
-
-        def count(*_: Any) -> None:
-            calls[0] += 1
-
-        hook = lm.model.register_forward_hook(count)
-        try:
-            start = time.perf_counter()
-            with torch.no_grad():
-                out = lm.model.generate(
-                    input_ids,
-                    attention_mask=torch.ones_like(input_ids),
-                    max_new_tokens=self.params.max_new_tokens,
-                    do_sample=False,
-                    prompt_lookup_num_tokens=10,
-                    max_matching_ngram_size=3,
-                    eos_token_id=list(lm.eos_ids),
-                    pad_token_id=lm.eos_ids[0],
-                )
-            seconds = time.perf_counter() - start
-        finally:
-            hook.remove()
-        # PLD drafts from the prompt from the first forward on: every call is a step.
-        return out[0, input_ids.shape[1] :].tolist(), seconds, max(calls[0], 1)
-
-    def _llama_pld(self, label: str, messages: list[Message]) -> tuple[list[int], float, int]:
-        """llama-cpp-python's prompt lookup decoding, greedy, from the prompt samchat renders.
-        Each eval() is one forward (the prompt, then the pending token plus the draft) that
-        yields at least one token: every call is a step, as in samchat's count."""
-        lm = self.models[label]
-        llm = self._llamas[label]
-        prompt = render(lm.tokenizer, messages)
-        room = int(llm.n_ctx()) - len(prompt)
-        if room <= 0:
-            raise SamchatError(
-                f"a prompt of {len(prompt)} tokens does not fit llama.cpp's context "
-                f"({llm.n_ctx()} tokens); lower --max-new-tokens or pick other questions"
-            )
-        limit = min(self.params.max_new_tokens, room)
-        eos = set(lm.eos_ids)
-        ids: list[int] = []
-        llm.evals = 0
-        start = time.perf_counter()
-        tokens = llm.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0)
-        try:
-            for token in tokens:
-                ids.append(int(token))
-                if token in eos or len(ids) >= limit:
-                    break
-        finally:
-            tokens.close()
-        seconds = time.perf_counter() - start
-        return ids, seconds, max(int(llm.evals), 1)
-
-
-def reply_cost(curve: Any, context: int, sizes: Sequence[int]) -> float:
-    """A reply's forwards of `sizes` inputs in one-token forwards, priced as the selector
-    priced them: on the curve at the prompt's length."""
-    at = curve.at(context)
-    return float(sum(at.rel(n) for n in sizes))
-
 
 def _strip_eos(ids: list[int], eos_ids: Sequence[int]) -> list[int]:
     while ids and ids[-1] in eos_ids:
         ids = ids[:-1]
     return ids
-
-
-def render(tokenizer: Any, messages: list[Message]) -> list[int]:
-    """The prompt ids samchat's ChatSession renders for messages (assistant prompt appended)."""
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    ids: list[int] = tokenizer(text, add_special_tokens=False)["input_ids"]
-    return ids
-
-
-def llama_pld_settings() -> dict[str, Any]:
-    """How `llamacpp:pld` runs (for the benchmark's metadata)."""
-    return {
-        "implementation": "llama_cpp.Llama + llama_speculative.LlamaPromptLookupDecoding",
-        "num_pred_tokens": LLAMA_PLD_TOKENS,
-        "max_ngram_size": LLAMA_PLD_NGRAM,
-        "kv_cache": "q8_0 keys and values, flash attention (samchat's llama.cpp short chats)",
-        "logits_all": True,
-        "sampling": "greedy (temp 0, top_k 1)",
-    }
-
-
-def llama_pld(lm: Any) -> Any:
-    """A llama-cpp-python Llama over lm's GGUF file with its prompt lookup draft model, the KV
-    cache kept as samchat's llama.cpp engine keeps a short chat's (Q8_0, flash attention),
-    its eval() calls counted. logits_all=True: with a draft model Llama keeps every row's
-    logits, but sizes its logits buffer by n_batch unless logits_all is given, and then fails
-    once a conversation passes n_batch tokens."""
-    import llama_cpp
-    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-
-    from samchat.engines.llamacpp.engine import Q8_0
-    from samchat.engines.llamacpp.model import llama, threads
-
-    llama()  # initialised once, llama.cpp's log routed to Python logging
-
-    class CountingLlama(llama_cpp.Llama):  # type: ignore[misc,unused-ignore]  # Any without it
-        evals = 0
-
-        def eval(self, tokens: Sequence[int]) -> None:
-            self.evals += 1
-            super().eval(tokens)
-
-    n = threads()
-    return CountingLlama(
-        model_path=str(lm.model.path),
-        draft_model=LlamaPromptLookupDecoding(
-            max_ngram_size=LLAMA_PLD_NGRAM, num_pred_tokens=LLAMA_PLD_TOKENS
-        ),
-        logits_all=True,
-        n_ctx=int(lm.context_limit),
-        n_gpu_layers=0,
-        n_threads=n,
-        n_threads_batch=n,
-        flash_attn=True,
-        type_k=Q8_0,
-        type_v=Q8_0,
-        verbose=False,
-    )
-
-
-def format_table(table: Table) -> str:
-    """Markdown: the overall row of every method (with the speedup over plain its MAT and step
-    sizes predict on the measured cost curve, "cost model", beside the one measured on decoding
-    alone, "decoding"), then speed, speedup, MAT and identical replies per category (one column
-    per method)."""
-    methods = list(table)
-    lines = [
-        "| method | tok/s | vs plain | vs best plain | MAT | cost model | decoding | identical |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for m in methods:
-        r = table[m].get("overall")
-        if r:
-            predicted = r.get("predicted_vs_plain")
-            decoding = r.get("decode_speedup_vs_plain")
-            lines.append(
-                f"| {m} | {r['tokens_per_s']:.1f} | {r['speedup_vs_plain']:.2f}x | "
-                f"{r['speedup_vs_best_plain']:.2f}x | {r['mat']:.2f} | "
-                + (f"{predicted:.2f}x" if predicted else "-")
-                + " | "
-                + (f"{decoding:.2f}x" if decoding else "-")
-                + f" | {r['identical']}/{r['questions']} |"
-            )
-    categories = [
-        c for c in dict.fromkeys(c for rows in table.values() for c in rows) if c != "overall"
-    ]
-    if not categories:
-        return "\n".join(lines)
-    lines += [
-        "",
-        "Per category: tok/s, speedup vs the configuration's plain, MAT, identical/questions.",
-        "",
-        "| category | " + " | ".join(methods) + " |",
-        "|---|" + "---|" * len(methods),
-    ]
-    for c in categories:
-        cells = []
-        for m in methods:
-            r = table[m].get(c)
-            cells.append(
-                f"{r['tokens_per_s']:.1f}, {r['speedup_vs_plain']:.2f}x, {r['mat']:.2f}, "
-                f"{r['identical']}/{r['questions']}"
-                if r
-                else "-"
-            )
-        lines.append(f"| {c} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def plot(table: Table, path: Path, title: str) -> None:
-    """A PNG bar chart by category of each method's speedup over its configuration's plain."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    methods = [m for m in table if split_key(m)[1] != "plain"]
-    categories = list(dict.fromkeys(c for rows in table.values() for c in rows))
-    width = 0.8 / max(len(methods), 1)
-    fig, ax = plt.subplots(figsize=(max(8, len(categories) * 0.9), 4.5))
-    for i, m in enumerate(methods):
-        xs = [j + i * width for j in range(len(categories))]
-        ys = [float(table[m].get(c, {}).get("speedup_vs_plain", 0)) for c in categories]
-        ax.bar(xs, ys, width, label=m)
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks([j + width * (len(methods) - 1) / 2 for j in range(len(categories))])
-    ax.set_xticklabels(categories, rotation=30, ha="right")
-    ax.set_ylabel("speedup over the same configuration's plain")
-    ax.set_title(title)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -101,7 +101,7 @@ class Generator:
             self._session_has_index = index is not None
         elif index is not None and not self._session_has_index:
             # The indexer opened after the session was made: draft from it from now on.
-            self._session.set_static_index(index)
+            self._session.static_index = index
             self._session_has_index = True
         return self._session
 

@@ -93,20 +93,18 @@ def register_bench(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from samchat.bench.baselines import llama_pld_settings
     from samchat.bench.decode import (
         DecodeBench,
         default_questions_path,
         default_setup,
-        format_table,
-        llama_pld_settings,
         load_questions,
         parse_methods,
         pick,
-        plot,
         setup_spec,
-        split_key,
         warm_plan,
     )
+    from samchat.bench.report import format_table, plot, split_key
     from samchat.models import load_model
     from samchat.models.loader import choose_engine
 

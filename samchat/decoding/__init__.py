@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 # name -> the module (under samchat.decoding) that defines it
 _WHERE = {
     "Drafter": "drafter",
-    "Selector": "drafter",
+    "Selector": "policy",
     "Event": "events",
     "PrefillProgress": "events",
     "ReplyDone": "events",

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from samchat.decoding.drafter import Drafter
+from samchat.decoding.prompt import common_prefix
 from samchat.decoding.protocols import DraftIndex
 from samchat.decoding.tree import DraftTree
 from samchat.sam import MatchCursor, SuffixAutomaton
@@ -46,10 +47,7 @@ class DynamicSamDrafter(Drafter):
 
     def begin(self, context: Sequence[int]) -> None:
         conv = self._conv
-        n = min(len(conv), len(context))
-        k = 0
-        while k < n and conv[k] == context[k]:
-            k += 1
+        k = common_prefix(conv, context)
         if k < len(conv):
             if self._size + len(context) - k > 2 * len(context) + self.REBUILD_SLACK:
                 self._sam = SuffixAutomaton()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +26,7 @@ from samchat.decoding.policy import (
     calibration_due,
     prompt_rows,
 )
+from samchat.decoding.prompt import common_prefix, render_prompt
 from samchat.decoding.protocols import DraftIndex, SessionModel
 from samchat.decoding.reply import Reply
 from samchat.decoding.sampling import Sampler
@@ -37,14 +38,6 @@ from samchat.errors import SamchatError
 from samchat.messages import Message
 
 log = logging.getLogger(__name__)
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 class ChatSession:
@@ -104,9 +97,6 @@ class ChatSession:
         self._static_index = index
         self._static = None
 
-    def set_static_index(self, index: DraftIndex | None) -> None:
-        self.static_index = index
-
     @property
     def cached_tokens(self) -> int:
         return len(self._cached)
@@ -124,14 +114,7 @@ class ChatSession:
 
     def render(self, messages: list[Message]) -> list[int]:
         """Token ids of the chat template for messages, with the assistant prompt appended."""
-        try:
-            text = self._tok.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False
-            )
-        except Exception as exc:  # jinja errors: a template that rejects this conversation
-            raise SamchatError(f"the chat template rejected the messages: {exc}") from exc
-        ids: list[int] = self._tok(text, add_special_tokens=False)["input_ids"]
-        return ids
+        return render_prompt(self._tok, messages)
 
     def _fit(self, messages: list[Message], params: SamplingParams) -> tuple[list[int], str]:
         """Render, dropping the oldest non-system turns while the prompt leaves too little room."""

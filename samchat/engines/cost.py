@@ -35,8 +35,8 @@ CURVE_VERSION = 5
 # A cached curve above this at 4 inputs was measured under heavy load (batching 4 rows costs
 # no more than 4 one-row forwards and the switches of batch shape around them): measure again.
 _PLAUSIBLE_REL4 = 5.0
-# The model's own kernels on the reference 2-core CPU (ENVIRONMENT.md): a conservative stand-in
-# for tests and screenshots; sessions measure the real verification path.
+# The model's own kernels on the reference 2-core CPU (docs/benchmarks.md, "Machines"): a
+# conservative stand-in for tests and screenshots; sessions measure the real verification path.
 DEFAULT_CPU = {1: 1.0, 2: 1.25, 4: 1.3, 8: 1.6, 16: 1.6, 32: 2.0, 48: 2.4, 64: 2.9}
 DEFAULT_GPU = {1: 1.0, 16: 1.02, 32: 1.05, 64: 1.15}
 # Where a wide verification costs at most this many one-row forwards the curve counts as flat

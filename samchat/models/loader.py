@@ -9,7 +9,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,6 @@ class LoadedModel:
     eos_ids: tuple[int, ...]
     source: str = ""
     dtype: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
     engine: str = "torch"  # the registry's name of the engine that runs `model`
     # How the torch engine runs decode and verify steps (TorchEngine's `steps`).
     steps: str = "dynamic"

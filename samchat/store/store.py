@@ -9,7 +9,7 @@ import json
 import sqlite3
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
@@ -647,7 +647,3 @@ class Store:
     @_guard
     def integrity_check(self) -> str:
         return str(self.conn.execute("PRAGMA integrity_check").fetchone()[0])
-
-    def iter_documents_text(self) -> Iterator[tuple[int, str]]:
-        for row in self.conn.execute("SELECT id, text FROM documents ORDER BY id"):
-            yield int(row[0]), str(row[1])

@@ -8,19 +8,15 @@ from pathlib import Path
 import pytest
 
 from samchat.bench.decode import (
-    Question,
-    Results,
-    Run,
     default_setup,
-    format_table,
     load_questions,
     method_order,
     parse_methods,
     pick,
-    reply_cost,
     setup_spec,
     warm_plan,
 )
+from samchat.bench.report import Question, Results, Run, format_table, reply_cost
 from samchat.cli import main
 from samchat.errors import SamchatError
 from samchat.models.loader import ModelSpec

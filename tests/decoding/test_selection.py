@@ -1,17 +1,16 @@
-"""The adaptive selector: merged SAM + Token Recycling trees, buckets that recover after being
-written off, the reply-start bucket, a cap that follows the curve, fixed curves and the plain
-calibration steps."""
+"""The selector: the selection rule of SAM decoding, drafts skipped where they do not pay,
+merged SAM + Token Recycling trees, buckets that recover after being written off, the
+reply-start bucket, a cap that follows the curve, fixed curves and the plain calibration steps."""
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from samchat.decoding.drafter import Drafter
 from samchat.decoding.params import DecodingConfig
 from samchat.decoding.policy import (
     CALIBRATE_EVERY,
@@ -22,62 +21,16 @@ from samchat.decoding.policy import (
 from samchat.decoding.tree import DraftTree
 from samchat.engines.cost import DEFAULT_CPU, CostCurve, CostTracker
 from samchat.errors import SamchatError
+from tests.fakes import FakeDrafter
 
 
-class Sam(Drafter):
-    name = "dyn"
-
-    def __init__(self, match: int, tokens: list[int]) -> None:
-        self.match = match
-        self.tokens = tokens
-
-    def begin(self, context: Sequence[int]) -> None:
-        pass
-
-    def match_len(self) -> int:
-        return self.match
-
-    def propose(self, max_nodes: int) -> DraftTree | None:
-        return DraftTree.sequence(self.tokens[:max_nodes], self.name) if self.tokens else None
-
-    def advance(self, tokens: Sequence[int]) -> None:
-        pass
+def _sam(match: int, tokens: list[int]) -> FakeDrafter:
+    return FakeDrafter("dyn", tokens, match=match)
 
 
-class Tr(Drafter):
-    """A two-level tree: `width` children of the root, each with one child."""
-
-    name = "tr"
-
-    def __init__(self, first: list[int], expected: float = 1.5) -> None:
-        self.first = first
-        self.expected = expected
-        self.feedbacks: list[int] = []
-
-    def begin(self, context: Sequence[int]) -> None:
-        pass
-
-    def propose(self, max_nodes: int) -> DraftTree | None:
-        tokens: list[int] = []
-        parents: list[int] = []
-        for t in self.first:
-            if len(tokens) + 2 > max_nodes:
-                break
-            tokens += [t, t + 1000]
-            parents += [-1, len(tokens) - 2]
-        return DraftTree(tokens, parents, self.name) if tokens else None
-
-    def advance(self, tokens: Sequence[int]) -> None:
-        pass
-
-    def tree_sizes(self) -> Sequence[int]:
-        return (2, 4, 6, 8)
-
-    def expected_accepted(self, max_nodes: int) -> float:
-        return self.expected * max_nodes / 8  # bigger trees, more expected
-
-    def feedback(self, accepted: int) -> None:
-        self.feedbacks.append(accepted)
+def _tr(first: list[int]) -> FakeDrafter:
+    """A two-level tree whose bigger sizes are expected to get more accepted."""
+    return FakeDrafter("tr", first, shape="pairs", tree_sizes=(2, 4, 6, 8), expected=1.5)
 
 
 def test_merge_is_a_trie_of_both_drafts() -> None:
@@ -105,8 +58,8 @@ def test_merge_is_a_trie_of_both_drafts() -> None:
 
 def test_flat_curve_merges_sam_and_recycling_and_credits_each() -> None:
     acceptance = AcceptanceModel()
-    tr = Tr([1, 2, 3])
-    sel = Selector(DecodingConfig(), CostCurve.flat(), acceptance, Sam(6, [5, 6, 7, 8]), None, tr)
+    tr = _tr([1, 2, 3])
+    sel = Selector(DecodingConfig(), CostCurve.flat(), acceptance, _sam(6, [5, 6, 7, 8]), None, tr)
     tree, decision = sel.choose(63)
     assert tree is not None and decision.drafter == "dyn+tr"
     assert decision.sam_size == 4 and len(tree) == 4 + 6
@@ -121,14 +74,16 @@ def test_flat_curve_merges_sam_and_recycling_and_credits_each() -> None:
 
 def test_a_steep_curve_keeps_the_drafts_apart() -> None:
     steep = CostCurve({1: 1.0, 2: 1.6, 4: 2.5, 8: 4.0, 16: 7.3, 64: 25.0})
-    sel = Selector(DecodingConfig(), steep, AcceptanceModel(), Sam(20, [5, 6, 7, 8]), None, Tr([1]))
+    sel = Selector(
+        DecodingConfig(), steep, AcceptanceModel(), _sam(20, [5, 6, 7, 8]), None, _tr([1])
+    )
     _, decision = sel.choose(63)
     assert "+" not in decision.drafter
 
 
 def test_a_written_off_bucket_is_tried_again() -> None:
     acceptance = AcceptanceModel()
-    sam = Sam(2, [5, 6, 7])
+    sam = _sam(2, [5, 6, 7])
     sel = Selector(DecodingConfig(), CostCurve(DEFAULT_CPU), acceptance, sam)
     for _ in range(30):
         _, decision = sel.choose(50)
@@ -146,7 +101,7 @@ def test_a_written_off_bucket_is_tried_again() -> None:
 
 def test_reply_start_matches_learn_apart() -> None:
     acceptance = AcceptanceModel()
-    sel = Selector(DecodingConfig(), CostCurve.flat(), acceptance, Sam(4, [5, 6, 7]))
+    sel = Selector(DecodingConfig(), CostCurve.flat(), acceptance, _sam(4, [5, 6, 7]))
     sel.at_start = True
     _, decision = sel.choose(50)
     assert decision.key == "dyn@start"
@@ -193,3 +148,48 @@ def test_a_plain_step_recalibrates_a_measured_curve_only() -> None:
     assert not calibration_due(measured, CALIBRATE_EVERY - 1)
     assert calibration_due(measured, CALIBRATE_EVERY)
     assert not calibration_due(CostCurve.flat(), 10 * CALIBRATE_EVERY)
+
+
+def _selector(dyn: int, static: int, aux: bool = False, **cfg: Any) -> Selector:
+    config = DecodingConfig(adaptive=False, max_draft=16, **cfg)
+    return Selector(
+        config,
+        CostCurve.default("cpu"),
+        AcceptanceModel(),
+        FakeDrafter("dyn", list(range(100, 140)), match=dyn, tree_sizes=(4, 8)),
+        FakeDrafter("static", list(range(200, 240)), match=static, tree_sizes=(4, 8)),
+        FakeDrafter("tr", list(range(300, 340)), match=0, tree_sizes=(4, 8)) if aux else None,
+    )
+
+
+def test_selection_rule_of_sam_decoding() -> None:
+    tree, d = _selector(dyn=6, static=3).choose(100)
+    assert d.drafter == "dyn" and tree is not None and tree.source == "dyn"
+    assert len(tree) == 16  # min(max_draft, 1 + 4 * 6)
+    tree, d = _selector(dyn=6, static=12).choose(100)
+    assert d.drafter == "static"  # 12 - l_bias > 6
+    tree, d = _selector(dyn=6, static=11).choose(100)
+    assert d.drafter == "dyn"  # ties go to the dynamic SAM
+    tree, d = _selector(dyn=2, static=3, aux=True).choose(100)
+    assert d.drafter == "tr" and tree is not None and len(tree) == 8  # weak match: TR
+    tree, d = _selector(dyn=2, static=3).choose(100)
+    assert d.drafter == "plain" and tree is None  # weak match, no TR: a plain step
+    tree, d = _selector(dyn=1, static=0).choose(1)
+    assert d.drafter == "plain"  # below threshold
+    tree, d = _selector(dyn=8, static=0).choose(3)
+    assert tree is not None and len(tree) == 3  # never beyond the budget (max_new, context)
+    assert _selector(dyn=8, static=0).choose(0) == (None, _selector(0, 0).choose(0)[1])
+
+
+def test_adaptive_selection_skips_drafts_that_do_not_pay() -> None:
+    config = DecodingConfig(adaptive=True)
+    acc = AcceptanceModel()
+    dyn = FakeDrafter("dyn", [5, 6, 7], match=1, tree_sizes=(4, 8))
+    sel = Selector(config, CostCurve.default("cpu"), acc, dyn)
+    for _ in range(40):
+        sel.feedback(sel.choose(50)[1], [])  # the short matches never get accepted
+    tree, d = sel.choose(50)
+    assert tree is None and d.drafter == "plain"
+    dyn.match = 20
+    tree, d = sel.choose(50)
+    assert tree is not None and d.drafter == "dyn"  # a long match is still worth a draft

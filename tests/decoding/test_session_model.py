@@ -5,7 +5,6 @@ and cancel inside an accepted draft end the reply exactly as plain decoding woul
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,6 @@ from samchat.decoding import (
     StepStats,
     TextDelta,
 )
-from samchat.decoding.drafter import Drafter
-from samchat.decoding.tree import DraftTree
 from samchat.engines.cost import CostCurve
 from samchat.errors import SamchatError
 from tests.decoding.prompts import (
@@ -31,6 +28,7 @@ from tests.decoding.prompts import (
     SAMPLE_MULTI,
     SAMPLE_SINGLE,
 )
+from tests.fakes import FakeDrafter
 
 pytestmark = pytest.mark.model
 
@@ -143,46 +141,12 @@ def test_greedy_speculative_equals_generate_on_real_prompts(
         assert merged > 0  # verifying is free: SAM and Token Recycling went in one tree
 
 
-class ScriptedDrafter(Drafter):
-    """Proposes a fixed continuation (e.g. plain decoding's own output): every draft token is
-    accepted, so stops and cancels land in the middle of accepted drafts."""
-
-    name = "tr"
-
-    def __init__(self, script: Sequence[int], tree: bool = False) -> None:
-        self.script = list(script)
-        self.tree = tree
-        self.pos = 0
-
-    def begin(self, context: Sequence[int]) -> None:
-        self.pos = 0
-
-    def tree_sizes(self) -> Sequence[int]:
-        return (12,)
-
-    def propose(self, max_nodes: int) -> DraftTree | None:
-        seq = self.script[self.pos : self.pos + max_nodes]
-        if not seq:
-            return None
-        if not self.tree:
-            return DraftTree.sequence(seq, self.name)
-        # A wrong sibling first at every level, then the right token: trees get walked.
-        tokens: list[int] = []
-        parents: list[int] = []
-        parent = -1
-        for t in seq[: max(1, max_nodes // 2)]:
-            tokens += [(t + 1) % 49152, t]
-            parents += [parent, parent]
-            parent = len(tokens) - 1
-        return DraftTree(tokens, parents, self.name)
-
-    def advance(self, tokens: Sequence[int]) -> None:
-        self.pos += len(tokens)
-
-
 def _scripted_session(lm: Any, script: list[int], tree: bool = False) -> ChatSession:
     session = ChatSession(lm, DecodingConfig(method="tr", adaptive=False), cost_curve=CPU_CURVE)
-    session.aux_drafter = ScriptedDrafter(script, tree)
+    # Proposes plain decoding's own output: every draft token is accepted, so stops and cancels
+    # land in the middle of accepted drafts (trees: a wrong sibling first at every level).
+    shape = "siblings" if tree else "sequence"
+    session.aux_drafter = FakeDrafter("tr", script, shape=shape, follow=True, tree_sizes=(12,))
     return session
 
 
@@ -424,8 +388,8 @@ def bf16_lm() -> Any:
 def test_half_precision_drafting_says_it_may_differ(bf16_lm: Any) -> None:
     """bfloat16 verification on a CPU rounds differently from one-token decoding (measured with
     the ordinary kernels: 11 of 13 greedy replies differed; an exact mode that passed its check
-    still differed, docs/benchmarks.md 2026-12-03), so a drafting session says so once; plain
-    sessions do not."""
+    still differed, docs/history/benchmarks-log.md 2026-12-03), so a drafting session says so
+    once; plain sessions do not."""
     params = SamplingParams(max_new_tokens=4, temperature=0.0)
     messages = [{"role": "user", "content": "Say hi."}]
 

@@ -12,7 +12,7 @@ from samchat.decoding.sampling import Sampler, processed_probs
 from samchat.decoding.session import ChatSession
 from samchat.decoding.tree import DraftTree
 from samchat.engines.cost import CostCurve
-from tests.decoding.conftest import full_logits, tiny_lm
+from tests.tiny import full_logits, tiny_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -38,7 +38,8 @@ from tests.decoding.prompts import (
     SAMPLE_SINGLE,
     SINGLE_TURN,
 )
-from tests.decoding.test_session_model import MSG, ScriptedDrafter, _run, _static_index
+from tests.decoding.test_session_model import MSG, _run, _static_index
+from tests.fakes import FakeDrafter
 
 MAX_NEW = 24  # drafts, trees and, on long prompts, keys past a 256-row window
 CPU_CURVE = CostCurve.default("cpu")
@@ -326,7 +327,8 @@ def test_cancelled_reply_leaves_the_cache_usable(gguf_lm: Any, tree: bool) -> No
     plain = ChatSession(gguf_lm, DecodingConfig(method="plain"))
     ids, _, _ = _run(plain, MSG, SamplingParams(max_new_tokens=48))
     session = ChatSession(gguf_lm, DecodingConfig(method="tr", adaptive=False), cost_curve=FLAT)
-    session.aux_drafter = ScriptedDrafter(ids, tree)
+    shape = "siblings" if tree else "sequence"
+    session.aux_drafter = FakeDrafter("tr", ids, shape=shape, follow=True, tree_sizes=(12,))
     cancel = threading.Event()
     got: list[int] = []
     done = None

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from sam_reference import longest_match
 
 import samchat.sam.index as index_module
+import samchat.sam.segments as segments_module
 from samchat.errors import IndexCorruptError, SamchatError
 from samchat.sam.index import MAX_SEGMENTS, StaticIndex
 
@@ -25,6 +26,7 @@ FP = "tokenizer-a"
 def _both_backends(sam_mod: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every index test runs on the compiled core and on the pure one."""
     monkeypatch.setattr(index_module, "impl", sam_mod)
+    monkeypatch.setattr(segments_module, "impl", sam_mod)
 
 
 def live_text(docs: dict[str, list[int]]) -> list[int]:
@@ -218,9 +220,9 @@ def _one_segment(tmp_path: Path) -> Path:
 
 def _header(path: Path) -> dict[str, Any]:
     data = path.read_bytes()
-    _, _, hlen, _ = index_module._PREFIX.unpack_from(data)
+    _, _, hlen, _ = segments_module._PREFIX.unpack_from(data)
     header: dict[str, Any] = json.loads(
-        data[index_module._PREFIX.size : index_module._PREFIX.size + hlen]
+        data[segments_module._PREFIX.size : segments_module._PREFIX.size + hlen]
     )
     return header
 
@@ -303,7 +305,7 @@ def test_wide_and_narrow_token_ids(tmp_path: Path, big: bool) -> None:
         index.add_document(k, t)
     index.flush()
     raw = (tmp_path / index.segments[0].name).read_bytes()
-    header = json.loads(raw[index_module._PREFIX.size :].split(b"}]}", 1)[0] + b"}]}")
+    header = json.loads(raw[segments_module._PREFIX.size :].split(b"}]}", 1)[0] + b"}]}")
     types = {e["name"]: e["type"] for e in header["arrays"]}
     assert types["text"] == types["etok"] == ("i32" if big else "u16")
     assert types["link"] == "i32"

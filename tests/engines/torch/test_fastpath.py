@@ -15,7 +15,7 @@ from samchat.engines.torch import fastpath
 from samchat.engines.torch.engine import tree_mask, tree_positions
 from samchat.engines.torch.forward import ModelForward
 from samchat.engines.torch.kvcache import KVCache, cache_kwarg
-from tests.decoding.conftest import make_tiny_llama
+from tests.tiny import make_tiny_llama
 
 
 def _stock_logits(model: Any, ids: torch.Tensor, cache: Any, mask: Any, pos: Any) -> torch.Tensor:

@@ -1,5 +1,6 @@
 """Kernels chosen by measurement: the choice logic on given timings, the plan's mapping of input
-sizes, its cache round trip, and the torch engine taking the measured plan for every step."""
+sizes, its cache round trip, and the torch engine taking the measured plan for every step; the
+measured cost curve, cached, and measured again where the cache is stale or implausible."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from samchat.engines.kernels import (
 )
 from samchat.engines.torch import measure
 from samchat.engines.torch.measure import measure_cost_curve
-from tests.decoding.conftest import make_tiny_llama
+from tests.tiny import make_tiny_llama
 
 # Made-up forward times (ms) by size and kernel: wht wins 1 row, wht+gqa 2-4 rows, stock 8.
 TIMES = {
@@ -205,3 +206,36 @@ def test_without_a_cache_file_a_curve_is_measured_and_not_written(tmp_path: Path
     assert load_or_measure(measure, None).rel(4) == 1.5
     assert load_or_measure(measure, None).rel(4) == 1.5
     assert len(calls) == 2 and list(tmp_path.iterdir()) == []
+
+
+def test_measured_curve_is_cached(tmp_path: Path, one_thread: None) -> None:
+    model = make_tiny_llama()
+    measured = measure_cost_curve(model, torch.device("cpu"), context=32, reps=1)
+    # Tiny-model timings are noise: only the shape of the result is certain.
+    assert measured.rel(1) == 1.0 and min(measured.ys) > 0 and measured.xs == list(SIZES)
+    path = tmp_path / "curve.json"
+
+    def measure() -> CostCurve:
+        return measure_cost_curve(model, torch.device("cpu"), context=32, reps=1)
+
+    first = load_or_measure(measure, path)
+    assert path.exists()
+    cached = '{"version": %d, "relative_cost": {"1": 1.0, "4": %s, "64": 7.0}}'
+    path.write_text(cached % (CURVE_VERSION, "1.5"))
+    assert load_or_measure(measure, path).rel(64) == 7.0
+    # A curve of the old verification path, or one measured under heavy load: re-measured.
+    path.write_text(cached % (CURVE_VERSION - 1, "1.5"))
+    assert load_or_measure(measure, path).xs == first.xs
+    path.write_text(cached % (CURVE_VERSION, "6.0"))
+    assert load_or_measure(measure, path).xs == first.xs
+    # Measured in the withdrawn exact mode (padded attention): not these costs.
+    exact = {"version": CURVE_VERSION, "relative_cost": {"1": 1.0, "64": 7.0}, "exact": True}
+    path.write_text(json.dumps(exact))
+    assert load_or_measure(measure, path).xs == first.xs
+    assert "exact" not in json.loads(path.read_text())
+    assert json.loads(path.read_text())["version"] == CURVE_VERSION
+    for degenerate in ({}, {"1": 0.0, "4": 1.0}, {"1": 1.0, "4": -1.0}):
+        path.write_text(json.dumps({"version": CURVE_VERSION, "relative_cost": degenerate}))
+        assert load_or_measure(measure, path).xs == first.xs
+    path.write_text("garbage")  # unreadable: measured again
+    assert load_or_measure(measure, path).xs == first.xs

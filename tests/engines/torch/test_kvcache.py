@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from samchat.engines.torch.forward import ModelForward
 from samchat.engines.torch.kvcache import GROW_ROWS, KVCache, SlabLayer
-from tests.decoding.conftest import TINY_VOCAB, make_tiny_llama
+from tests.tiny import TINY_VOCAB, make_tiny_llama
 
 MODEL = make_tiny_llama()
 FORWARD = ModelForward(MODEL)

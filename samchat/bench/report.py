@@ -1,0 +1,260 @@
+"""What a decode benchmark run measured, as figures: each method's runs (`Run`), the table of
+speed, speedups, MAT and identical replies by category (`Results.table`), the cost model's
+prediction (`reply_cost`), and the table as Markdown and as a chart.
+
+A method key is CONFIGURATION:METHOD (`torch/bfloat16:sam+tr`); each is measured against the
+same configuration's plain decoding (decode.py parses the names)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Question:
+    """A Spec-Bench question: its turns are asked in order, each after the method's own answer
+    to the one before."""
+
+    question_id: str
+    category: str
+    turns: tuple[str, ...]
+
+
+# method -> category -> figure: numbers, and per-drafter mappings (accepted_by, mat_by, steps_by)
+Table = dict[str, dict[str, dict[str, Any]]]
+
+
+@dataclass
+class Run:
+    """One method on one question (all its turns)."""
+
+    tokens: int  # reply tokens (end-of-sequence excluded)
+    seconds: float
+    steps: int  # verification forwards
+    token_ids: list[int]
+    committed: int = 0  # tokens the forwards produced, end-of-sequence included (for MAT)
+    # Per drafter of the step ("plain", "dyn", "tr", "dyn+tr", ...): steps and the tokens they
+    # committed; per source of each reply token ("plain" = bonus): tokens.
+    steps_by: dict[str, int] = field(default_factory=dict)
+    committed_by: dict[str, int] = field(default_factory=dict)
+    tokens_by: dict[str, int] = field(default_factory=dict)
+    # The forwards' cost on the engine's measured cost curve, in one-token forwards: what the
+    # cost model predicts, without the time spent outside forwards.
+    cost: float = 0.0
+    # Seconds from the end of prefill to the end of each reply (ReplyDone's stats): the part
+    # the cost model speaks of. `seconds` also holds the prefill, alike for every method.
+    decode_seconds: float = 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def _decode_speed(runs: dict[str, Run], qids: list[str]) -> float:
+    """Reply tokens per second of decoding (prefill left out) over these questions."""
+    chosen = [runs[q] for q in qids if q in runs]
+    seconds = sum(r.decode_seconds for r in chosen)
+    return sum(r.tokens for r in chosen) / seconds if seconds > 0 else 0.0
+
+
+def _by_drafter(runs: list[Run]) -> dict[str, dict[str, float]]:
+    """accepted_by: each source's share of the reply tokens; mat_by: tokens per step of each
+    step kind (a drafter, a merged tree, or plain), counting every token a step verified, even
+    past a length or stop limit where the overall MAT stops. Empty for methods without steps."""
+    tokens: dict[str, int] = {}
+    steps: dict[str, int] = {}
+    committed: dict[str, int] = {}
+    for run in runs:
+        for table, part in ((tokens, run.tokens_by), (steps, run.steps_by)):
+            for k, v in part.items():
+                table[k] = table.get(k, 0) + v
+        for k, v in run.committed_by.items():
+            committed[k] = committed.get(k, 0) + v
+    if not steps:
+        return {}
+    total = sum(tokens.values())
+    return {
+        "accepted_by": {k: round(v / total, 3) for k, v in sorted(tokens.items())} if total else {},
+        "mat_by": {k: round(committed[k] / n, 3) for k, n in sorted(steps.items())},
+        "steps_by": {k: float(n) for k, n in sorted(steps.items())},
+    }
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """A method key's configuration and method: 'torch/bfloat16:sam+tr' -> ('torch/bfloat16',
+    'sam+tr')."""
+    label, _, method = key.rpartition(":")
+    return label, method
+
+
+def plain_of(key: str) -> str:
+    """The key of the plain decoding that `key` is measured against."""
+    return f"{split_key(key)[0]}:plain"
+
+
+@dataclass
+class Results:
+    """runs[method][question_id] plus each question's category."""
+
+    methods: tuple[str, ...]
+    categories: dict[str, str] = field(default_factory=dict)
+    runs: dict[str, dict[str, Run]] = field(default_factory=dict)
+    changed: int = 0  # replies that differed between passes (keep_fastest)
+
+    def add(self, method: str, question: Question, run: Run) -> None:
+        self.categories[question.question_id] = question.category
+        self.runs.setdefault(method, {})[question.question_id] = run
+
+    def table(self) -> Table:
+        """method -> category (and "overall") -> tokens_per_s, speedup_vs_plain (the same
+        configuration's plain), speedup_vs_best_plain (the fastest plain of the run), mat,
+        identical (to the same configuration's plain) and questions."""
+        order = list(dict.fromkeys(self.categories.values()))
+        plains = [m for m in self.methods if split_key(m)[1] == "plain"]
+        out: Table = {}
+        for method in self.methods:
+            runs = self.runs.get(method, {})
+            plain = self.runs.get(plain_of(method), {})
+            rows: dict[str, dict[str, Any]] = {}
+            for category in [*order, "overall"]:
+                qids = [
+                    q
+                    for q, c in self.categories.items()
+                    if (category == "overall" or c == category) and q in runs
+                ]
+                if not qids:
+                    continue
+                speed = mean(runs[q].tokens_per_s for q in qids)
+                plain_speed = self._speed(plain, qids)
+                best_plain = max(
+                    (self._speed(self.runs.get(p, {}), qids) for p in plains), default=0
+                )
+                steps = sum(runs[q].steps for q in qids)
+                committed = sum(runs[q].committed for q in qids)
+                by: dict[str, Any] = _by_drafter([runs[q] for q in qids])
+                cost = sum(runs[q].cost for q in qids)
+                if by and cost > 0:
+                    # committed tokens per one-token forward's worth of verification cost
+                    by["predicted_vs_plain"] = round(committed / cost, 3)
+                decode = _decode_speed(runs, qids)
+                plain_decode = _decode_speed(plain, qids)
+                if by and decode and plain_decode:
+                    # what the cost model's figure is to be compared with (no prefill)
+                    by["decode_speedup_vs_plain"] = round(decode / plain_decode, 3)
+                rows[category] = {
+                    **by,
+                    "tokens_per_s": round(speed, 2),
+                    "speedup_vs_plain": round(speed / plain_speed, 3) if plain_speed else 0.0,
+                    "speedup_vs_best_plain": round(speed / best_plain, 3) if best_plain else 0.0,
+                    "mat": round(committed / steps, 3) if steps else 0.0,
+                    "identical": sum(
+                        1 for q in qids if q in plain and runs[q].token_ids == plain[q].token_ids
+                    ),
+                    "questions": len(qids),
+                }
+            out[method] = rows
+        return out
+
+    def keep_fastest(self, other: Results) -> None:
+        """Per method and question, keep the faster of this run and `other`'s; a reply that
+        differs between the two is counted in `changed` (greedy decoding is deterministic)."""
+        for method, runs in other.runs.items():
+            mine = self.runs.setdefault(method, {})
+            for qid, run in runs.items():
+                old = mine.get(qid)
+                if old is not None and old.token_ids != run.token_ids:
+                    self.changed += 1
+                if old is None or run.seconds < old.seconds:
+                    mine[qid] = run
+        self.categories.update(other.categories)
+
+    @staticmethod
+    def _speed(runs: dict[str, Run], qids: list[str]) -> float:
+        speeds = [runs[q].tokens_per_s for q in qids if q in runs]
+        return mean(speeds) if speeds else 0.0
+
+
+def reply_cost(curve: Any, context: int, sizes: Sequence[int]) -> float:
+    """A reply's forwards of `sizes` inputs in one-token forwards, priced as the selector
+    priced them: on the curve at the prompt's length."""
+    at = curve.at(context)
+    return float(sum(at.rel(n) for n in sizes))
+
+
+def format_table(table: Table) -> str:
+    """Markdown: the overall row of every method (with the speedup over plain its MAT and step
+    sizes predict on the measured cost curve, "cost model", beside the one measured on decoding
+    alone, "decoding"), then speed, speedup, MAT and identical replies per category (one column
+    per method)."""
+    methods = list(table)
+    lines = [
+        "| method | tok/s | vs plain | vs best plain | MAT | cost model | decoding | identical |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for m in methods:
+        r = table[m].get("overall")
+        if r:
+            predicted = r.get("predicted_vs_plain")
+            decoding = r.get("decode_speedup_vs_plain")
+            lines.append(
+                f"| {m} | {r['tokens_per_s']:.1f} | {r['speedup_vs_plain']:.2f}x | "
+                f"{r['speedup_vs_best_plain']:.2f}x | {r['mat']:.2f} | "
+                + (f"{predicted:.2f}x" if predicted else "-")
+                + " | "
+                + (f"{decoding:.2f}x" if decoding else "-")
+                + f" | {r['identical']}/{r['questions']} |"
+            )
+    categories = [
+        c for c in dict.fromkeys(c for rows in table.values() for c in rows) if c != "overall"
+    ]
+    if not categories:
+        return "\n".join(lines)
+    lines += [
+        "",
+        "Per category: tok/s, speedup vs the configuration's plain, MAT, identical/questions.",
+        "",
+        "| category | " + " | ".join(methods) + " |",
+        "|---|" + "---|" * len(methods),
+    ]
+    for c in categories:
+        cells = []
+        for m in methods:
+            r = table[m].get(c)
+            cells.append(
+                f"{r['tokens_per_s']:.1f}, {r['speedup_vs_plain']:.2f}x, {r['mat']:.2f}, "
+                f"{r['identical']}/{r['questions']}"
+                if r
+                else "-"
+            )
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(table: Table, path: Path, title: str) -> None:
+    """A PNG bar chart by category of each method's speedup over its configuration's plain."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = [m for m in table if split_key(m)[1] != "plain"]
+    categories = list(dict.fromkeys(c for rows in table.values() for c in rows))
+    width = 0.8 / max(len(methods), 1)
+    fig, ax = plt.subplots(figsize=(max(8, len(categories) * 0.9), 4.5))
+    for i, m in enumerate(methods):
+        xs = [j + i * width for j in range(len(categories))]
+        ys = [float(table[m].get(c, {}).get("speedup_vs_plain", 0)) for c in categories]
+        ax.bar(xs, ys, width, label=m)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([j + width * (len(methods) - 1) / 2 for j in range(len(categories))])
+    ax.set_xticklabels(categories, rotation=30, ha="right")
+    ax.set_ylabel("speedup over the same configuration's plain")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
