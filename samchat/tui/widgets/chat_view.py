@@ -7,16 +7,18 @@ mounted at first; "load earlier" mounts another page above.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from textual import on
 from textual.containers import VerticalScroll
 from textual.widgets import Button
 
-from samchat.chat.shown_stats import ShownStats
 from samchat.tui.code_blocks import code_blocks
 from samchat.tui.screens.dialogs import PickScreen
 from samchat.tui.widgets.message_view import MessageView
+
+if TYPE_CHECKING:
+    from samchat.store import MessageRow
 
 PAGE = 30  # a few screens of messages; more on request
 
@@ -24,23 +26,25 @@ PAGE = 30  # a few screens of messages; more on request
 class ChatView(VerticalScroll):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.rows: list[Any] = []  # the whole thread (MessageRow), root first
+        self.rows: list[MessageRow] = []  # the whole thread, root first
         self.branches: dict[int, tuple[int, int]] = {}
         self.first_mounted = 0  # index into rows of the oldest mounted message
         self.page = PAGE
 
-    def make_view(self, row: Any) -> MessageView:
+    def make_view(self, row: MessageRow) -> MessageView:
         return MessageView(
             message_id=row.id,
             parent_id=row.parent_id,
             role=row.role,
             content=row.content,
             model=row.model,
-            stats=ShownStats.parse(row.stats),
+            stats=row.stats,
             branch=self.branches.get(row.id, (1, 1)),
         )
 
-    async def show_thread(self, rows: list[Any], branches: dict[int, tuple[int, int]]) -> None:
+    async def show_thread(
+        self, rows: list[MessageRow], branches: dict[int, tuple[int, int]]
+    ) -> None:
         self.rows = list(rows)
         self.branches = branches
         await self.remove_children()
@@ -75,7 +79,7 @@ class ChatView(VerticalScroll):
             await self.mount(self._more_button(), before=views[0])
         return len(views)
 
-    async def add_view(self, view: MessageView, row: Any | None = None) -> None:
+    async def add_view(self, view: MessageView, row: MessageRow | None = None) -> None:
         if row is not None:
             self.rows.append(row)
         await self.mount(view)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual import work
 from textual.app import ComposeResult
@@ -21,7 +21,6 @@ from textual.worker import get_current_worker
 from samchat.chat.documents import gather_sources
 from samchat.chat.live_stats import LiveStats
 from samchat.chat.service import PendingReply, ReplyRecord
-from samchat.chat.shown_stats import ShownStats
 from samchat.errors import SamchatError
 from samchat.tui.guard import guarded
 from samchat.tui.reply_stream import stream_to
@@ -43,11 +42,13 @@ from samchat.tui.worker_messages import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
 
     from samchat.chat.generator import Replies
     from samchat.chat.service import ChatService
     from samchat.decoding.params import SamplingParams
+    from samchat.figures import SourceRef
     from samchat.messages import Message as ChatMessage
     from samchat.store import MessageRow
     from samchat.tui.host import ChatHost
@@ -196,7 +197,7 @@ class Conversation(Vertical):
             self.notify("no document passage matches; asking without them", title="Documents")
         if self.chat_id != msg.chat_id:  # the user moved to another chat meanwhile
             await self.show_chat(msg.chat_id)
-        await self.send(msg.question, fitted.content, [s.record() for s in fitted.sources])
+        await self.send(msg.question, fitted.content, [s.ref() for s in fitted.sources])
 
     def on_sources_failed(self, msg: SourcesFailed) -> None:
         self.preparing = False
@@ -204,9 +205,7 @@ class Conversation(Vertical):
         self.host.error(msg.error, "Documents")
         self.post_message(self.Changed())
 
-    async def send(
-        self, question: str, content: str, sources: list[dict[str, Any]] | None = None
-    ) -> bool:
+    async def send(self, question: str, content: str, sources: Sequence[SourceRef] = ()) -> bool:
         """Save `content` (the question, after its sources if any) and start the reply; False
         when it could not be saved."""
         service = self.host.service
@@ -256,7 +255,7 @@ class Conversation(Vertical):
         await self.chat_view.show_thread(upto, service.store.branches(upto))
         # The question keeps the sources it was sent with: the new reply names them too.
         answered = view is not None and view.parent_id == user_id
-        sources = list(view.stats.sources) if view is not None and answered else None
+        sources = view.stats.sources if view is not None and view.stats and answered else ()
         try:
             reply = service.regenerate(
                 self.chat_id, user_id, model=self.host.model_name, sources=sources
@@ -373,7 +372,7 @@ class Conversation(Vertical):
 
     async def _drop_pending(self, job: ReplyJob) -> None:
         if job.view.is_attached:
-            await job.view.finish(None, ShownStats())
+            await job.view.finish(None, None)
             await job.view.remove()
         self.notify("the waiting prompt will not be answered", timeout=3)
         self.post_message(self.Changed())
@@ -407,7 +406,7 @@ class Conversation(Vertical):
     async def on_reply_finished(self, msg: ReplyFinished) -> None:
         """Save the reply, then show it as saved."""
         job, record = msg.job, msg.record
-        job.live.on_done(ShownStats.of(record.stats))
+        job.live.on_done(record.stats)
         if record.finish_reason == "interrupted":  # a server broke off: the text is kept
             self.notify(record.notice, title="Reply interrupted", severity="warning", timeout=10)
         elif record.notice:
@@ -448,7 +447,7 @@ class Conversation(Vertical):
             await view.drop_stream()
         else:
             # The engine's figures and provenance; the streamed view matches them.
-            await view.finish(message_id, ShownStats.of(record.stats))
+            await view.finish(message_id, record.stats)
             if row is not None:
                 self.chat_view.rows.append(row)
                 shown = True
@@ -498,10 +497,10 @@ class Conversation(Vertical):
         """A finished reply shows its stored figures (and speed trace) in the stats bar."""
         view = event.view
         stats = view.stats
-        if self.job is not None or view.role != "assistant" or not stats.present:
+        if self.job is not None or view.role != "assistant" or stats is None:
             return
         live = LiveStats(0.0)
-        live.tokens = stats.tokens
+        live.tokens = stats.reply.tokens
         live.speeds = list(stats.speed_trace)
         live.on_done(stats)
         self.query_one(StatsBar).show(live, f"{stats.finish_reason} (stored)")
