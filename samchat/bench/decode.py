@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from samchat.engines.registry import DEFAULT, KINDS, engine_kind
 from samchat.errors import SamchatError
 from samchat.messages import Message
+from samchat.names import METHODS, named
 
 if TYPE_CHECKING:
     from samchat.models.loader import ModelSpec
@@ -414,7 +415,9 @@ class DecodeBench:
             label, method = split_key(m)
             if method == "pld":
                 continue
-            config = DecodingConfig(method=method, max_draft=max_draft, adaptive=adaptive)
+            config = DecodingConfig(
+                method=named(method, METHODS), max_draft=max_draft, adaptive=adaptive
+            )
             self.sessions[m] = ChatSession(
                 self.models[label],
                 config,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from samchat.figures import ReplyStats  # the reply's figures: the record every layer shares
+from samchat.names import DraftSource
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class TextDelta:
 class StepStats:
     """One verification forward."""
 
-    drafter: str  # "dyn" | "static" | "tr" | "plain"
+    drafter: DraftSource
     draft_size: int  # draft nodes verified (0 for a plain step)
     accepted: int  # draft tokens accepted (the bonus token not counted)
     forward_s: float
@@ -37,7 +38,7 @@ class StepStats:
 @dataclass(frozen=True)
 class ReplyDone:
     text: str
-    finish_reason: str  # eos | stop | length | cancelled | context
+    finish_reason: str  # a samchat.names.FinishReason, or a remote reply's (e.g. "interrupted")
     stats: ReplyStats
     notice: str = ""  # e.g. "dropped 2 oldest turns to fit the context"
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from samchat.engines.base import DRAFT_ROWS
 from samchat.engines.kernels import KernelPlan, plan_from
 from samchat.errors import SamchatError
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, DRAFT_ROWS)
 # Bumped when the verification forward or its measurement changes: cached curves are re-measured.
 CURVE_VERSION = 5
 # A cached curve above this at 4 inputs was measured under heavy load (batching 4 rows costs
@@ -122,7 +123,7 @@ class CostCurve:
         return out
 
     @classmethod
-    def flat(cls, max_inputs: int = 64) -> CostCurve:
+    def flat(cls, max_inputs: int = DRAFT_ROWS) -> CostCurve:
         """Verifying up to max_inputs rows costs one row: what a GPU nearly gives."""
         return cls({1: 1.0, max_inputs: 1.0}, fixed=True)
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from samchat.engines.base import DEVICE_TYPES
 
 if TYPE_CHECKING:
-    from samchat.engines.base import Engine
+    from samchat.engines.base import Engine, EngineModel
 
 AUTO = "auto"
 # llama.cpp allocates its whole KV cache up front: a model trained on 128k tokens would take
@@ -66,7 +66,7 @@ class EngineKind:
     # "module:function" loading a GGUF file's weights, for a native_gguf engine.
     gguf_weights: str | None = None
 
-    def open(self, lm: Any, cache_dir: Path | None = None) -> Engine:
+    def open(self, lm: EngineModel, cache_dir: Path | None = None) -> Engine:
         engine: Engine = _attr(self.engine_class)(lm, cache_dir=cache_dir)
         return engine
 
