@@ -1,5 +1,5 @@
 """The drafter interface: what every draft source (the automata, Token Recycling) offers the
-policy (decoding/policy.py)."""
+policy (samchat.decoding.policy)."""
 
 from __future__ import annotations
 

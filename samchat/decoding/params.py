@@ -299,7 +299,7 @@ class DecodingConfig:
     # SAM-Decoding's selection rule: SAM draft when max(dyn, static - l_bias) >= l_threshold.
     l_threshold: int = knob(5, "shortest suffix match that the SAM drafters trust", minimum=0)
     l_bias: int = knob(5, "match length above which SAM drafts win over Token Recycling", minimum=0)
-    # Largest draft (nodes); 0 = fitted to the hardware (cost curve, see decoding/policy.py).
+    # Largest draft (nodes); 0 = fitted to the hardware (cost curve, see samchat.decoding.policy).
     max_draft: int = knob(
         0, "most draft tokens verified per step (0 = fitted to the hardware)", minimum=0
     )

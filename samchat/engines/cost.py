@@ -4,7 +4,7 @@ tracker that refines it from real steps, and one memo of measured curves that ev
 (in this process, and cached on disk by what was measured).
 
 On a GPU the curve is nearly flat up to ~64 rows; on a CPU it climbs fast, so a draft only pays
-when the tokens it is expected to add outweigh its extra cost (decoding/policy.py decides).
+when the tokens it is expected to add outweigh its extra cost (samchat.decoding.policy decides).
 """
 
 from __future__ import annotations
