@@ -110,7 +110,7 @@ async def test_a_reply_answers_from_a_retrieved_passage_and_names_it(
         assert "seven years" in reply.content
         assert reply.stats is not None
         [source] = reply.stats.sources
-        assert source["title"] == "Kitchen notes" and source["path"].endswith("notes.md")
+        assert source.title == "Kitchen notes" and (source.path or "").endswith("notes.md")
         user_view, reply_view = app.chat.chat_view.views()
         folded = user_view.query_one(Collapsible)
         assert folded.collapsed and folded.title == "sources (1)"
