@@ -42,6 +42,7 @@ if str(ROOT) not in sys.path:
 
 from samchat.corpus.indexing import IndexManager  # noqa: E402
 from samchat.errors import IndexCorruptError, SamchatError  # noqa: E402
+from samchat.figures import StoredStats  # noqa: E402
 from samchat.sam.index import StaticIndex  # noqa: E402
 from samchat.store import Store, deep_check, recover  # noqa: E402
 
@@ -471,7 +472,11 @@ def build_base(base: Path, rng: random.Random) -> None:
             for t in range(60):
                 q = store.add_message(chat, "user", f"question {c}.{t} " * 6, parent)
                 parent = store.add_message(
-                    chat, "assistant", f"answer {c}.{t} " * 10, q, stats={"tokens": t}
+                    chat,
+                    "assistant",
+                    f"answer {c}.{t} " * 10,
+                    q,
+                    stats=StoredStats.parse({"tokens": t}),
                 )
                 if t % 15 == 14:
                     store.add_message(chat, "assistant", f"another answer {c}.{t}", q)

@@ -84,9 +84,11 @@ def decode(
     timing (the curves are measured once, above)."""
     from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepStats, TextDelta
     from samchat.engines.cost import CostCurve
+    from samchat.names import METHODS, named
 
     curve = CostCurve.flat() if quick else None
-    session = ChatSession(lm, DecodingConfig(method=method), None, curve, measure_first=not quick)
+    config = DecodingConfig(method=named(method, METHODS))
+    session = ChatSession(lm, config, None, curve, measure_first=not quick)
     params = SamplingParams(max_new_tokens=max_new, temperature=0.0)
     messages = [{"role": "user", "content": prompt}]
     for _ in session.generate(messages, SamplingParams(max_new_tokens=2, temperature=0.0)):
@@ -111,9 +113,10 @@ def equality(device: str, dtype: str, quick: bool, steps: str = "dynamic") -> di
     import dataclasses
 
     from samchat.models.loader import ModelSpec, load_model
+    from samchat.names import STEP_MODES, named
 
     lm = load_model(ModelSpec(engine="torch", device=device, dtype=dtype))
-    lm = dataclasses.replace(lm, steps=steps)
+    lm = dataclasses.replace(lm, steps=named(steps, STEP_MODES))
     max_new = 24 if quick else 128
     prompts = PROMPTS[:1] if quick else PROMPTS
     same = 0

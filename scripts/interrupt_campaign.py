@@ -118,9 +118,7 @@ def seed_store(data: Path) -> None:
     with Store.open(data / "samchat.db") as store:
         chat = store.create_chat("kept", "m")
         q = store.add_message(chat, "user", "an earlier question", None)
-        store.add_message(
-            chat, "assistant", "an earlier answer", q, stats={"finish_reason": "stop"}
-        )
+        store.add_message(chat, "assistant", "an earlier answer", q, finish_reason="stop")
 
 
 # -- processes ------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from samchat.decoding.prompt import render_prompt
 from samchat.engines.registry import DEFAULT, KINDS, engine_kind
 from samchat.errors import SamchatError
 from samchat.messages import Message
+from samchat.names import METHODS, named
 
 if TYPE_CHECKING:
     from samchat.models.loader import ModelSpec
@@ -256,7 +257,9 @@ class DecodeBench:
             label, method = split_key(m)
             if method == "pld":
                 continue
-            config = DecodingConfig(method=method, max_draft=max_draft, adaptive=adaptive)
+            config = DecodingConfig(
+                method=named(method, METHODS), max_draft=max_draft, adaptive=adaptive
+            )
             self.sessions[m] = ChatSession(
                 self.models[label],
                 config,

@@ -4,5 +4,5 @@
 the engine's events the same way everywhere; `opening`: the model a front end asks for;
 `generator`: what replies come from; `documents`: the static index's indexer, a question's
 sources, importing files; `config`: config.toml; `live_stats`: running figures of a streaming
-reply; `shown_stats`: a reply's figures as shown, fresh or parsed from any stored version.
+reply. A reply's record itself (StoredStats) is samchat.figures', shared with the store.
 """

@@ -1,17 +1,16 @@
 """Running figures for one streaming reply: tokens/s, MAT, speedup, drafter shares, speed trace.
 
-Pure Python (no textual, no torch) so it is cheap to test. The engine's figures (ShownStats)
-replace the live estimates when the reply finishes.
+Pure Python (no textual, no torch) so it is cheap to test. The engine's figures (the reply's
+StoredStats) replace the live estimates when the reply finishes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from samchat.chat.shown_stats import ShownStats
+from samchat.figures import ReplyStats, StoredStats
+from samchat.names import DRAFTERS
 from samchat.remote import REMOTE
-
-DRAFTERS = ("dyn", "static", "tr")
 
 
 @dataclass
@@ -26,7 +25,7 @@ class LiveStats:
     plain_steps: int = 0
     last_t: float = 0.0
     first_t: float = 0.0  # when the first text came
-    final: ShownStats | None = None  # the engine's figures, once done
+    final: ReplyStats | None = None  # the engine's figures, once done
 
     def on_delta(self, n_tokens: int, sources: list[str], t: float) -> None:
         prev = self.last_t or self.started
@@ -45,8 +44,8 @@ class LiveStats:
             self.plain_forward_s += forward_s
             self.plain_steps += 1
 
-    def on_done(self, stats: ShownStats) -> None:
-        self.final = stats
+    def on_done(self, stats: StoredStats) -> None:
+        self.final = stats.reply
 
     @property
     def remote(self) -> bool:
@@ -77,7 +76,7 @@ class LiveStats:
         return self.tokens / self.steps if self.steps else 0.0
 
     @property
-    def speedup(self) -> float:
+    def speedup_est(self) -> float:
         """Live estimate: tokens x (one plain step) / time spent verifying, the plain step timed
         in this reply, under the same load (0 = none yet). The cheapest step of any size, or
         another reply's timing, made it read wildly high or low while the machine was busy."""
@@ -103,13 +102,14 @@ class LiveStats:
 _CUT_SHORT = ("cancelled", "interrupted")  # finish reasons a remote reply's figures name
 
 
-def format_stats(stats: ShownStats) -> str:
+def format_stats(record: StoredStats | None) -> str:
     """One line of figures for a finished reply."""
-    if not stats.present:
+    if record is None:
         return "no statistics stored"
+    stats = record.reply
     head = [f"{stats.tokens} tok", f"{stats.seconds:.2f} s", f"{stats.tokens_per_s:.1f} tok/s"]
     if stats.method == REMOTE:
-        cut_short = [stats.finish_reason] if stats.finish_reason in _CUT_SHORT else []
+        cut_short = [record.finish_reason] if record.finish_reason in _CUT_SHORT else []
         return " · ".join([*head, f"first token {stats.ttft_s:.2f} s", REMOTE, *cut_short])
     parts = [*head, f"MAT {stats.mat:.2f}", f"speedup {stats.speedup_est:.2f}x"]
     accepted = stats.accepted_by_drafter

@@ -8,9 +8,9 @@ store, so the TUI runs it in a worker and posts its events back to the UI.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from samchat.errors import SamchatError
 from samchat.messages import Message
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from samchat.chat.record import StoredStats
     from samchat.decoding.events import Event
     from samchat.decoding.params import SamplingParams
+    from samchat.figures import SourceRef
     from samchat.store import Store
 
 
@@ -34,7 +35,7 @@ class PendingReply:
     parent_id: int | None  # the question's message id (None: not saved)
     messages: list[Message]  # system prompt?, the branch so far, the question
     model: str
-    sources: list[dict[str, Any]] = field(default_factory=list)  # put before the question
+    sources: tuple[SourceRef, ...] = ()  # put before the question
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class ChatService:
         model: str,
         content: str | None = None,
         system: str | None = None,
-        sources: list[dict[str, Any]] | None = None,
+        sources: Sequence[SourceRef] = (),
         title: str | None = None,
     ) -> PendingReply:
         """Save the question (`content`: it with its sources, if any) after `parent_id`, in a new
@@ -97,7 +98,7 @@ class ChatService:
         chat's system prompt; `title` names a new chat (default: from the question)."""
         content = question if content is None else content
         messages = [*self.history(chat_id, parent_id, system), {"role": "user", "content": content}]
-        reply = PendingReply(chat_id, None, messages, model, list(sources or []))
+        reply = PendingReply(chat_id, None, messages, model, tuple(sources))
         if not self.save:
             return reply
         store = self.store
@@ -116,7 +117,7 @@ class ChatService:
         question_id: int,
         *,
         model: str,
-        sources: list[dict[str, Any]] | None = None,
+        sources: Sequence[SourceRef] = (),
     ) -> PendingReply:
         """Another reply to the question `question_id` (a sibling of its replies)."""
         return PendingReply(
@@ -124,7 +125,7 @@ class ChatService:
             question_id,
             self.store.conversation(chat_id, question_id),
             model,
-            list(sources or []),
+            tuple(sources),
         )
 
     def edit(self, message_id: int, text: str, *, model: str) -> PendingReply:

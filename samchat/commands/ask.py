@@ -228,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
                 parent_id=parent_id,
                 model=lm.name,
                 system=args.system,
-                sources=[s.record() for s in fitted.sources],
+                sources=[s.ref() for s in fitted.sources],
                 title=chat_title(question),
             )
             record = _stream(args, generator, reply, settings.sampling)
@@ -335,7 +335,7 @@ def _answer(reply: PendingReply, reply_id: int | None, record: ReplyRecord) -> d
         "finish_reason": record.finish_reason,
         "stats": record.stats.to_dict(),
         "provenance": record.stats.provenance_summary(),
-        "sources": reply.sources,
+        "sources": [s.to_dict() for s in reply.sources],
     }
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from samchat.cli_options import add_model_options, spec_from_args
 from samchat.decoding.params import METHODS, DecodingConfig
 from samchat.messages import Message
+from samchat.names import named
 
 TOPICS = (
     "the history of the printing press",
@@ -58,8 +59,8 @@ def measure(lm: Any, turns: int, max_new_tokens: int, method: str) -> list[dict[
     from samchat.decoding import ChatSession, ReplyDone, SamplingParams
 
     params = SamplingParams(max_new_tokens=max_new_tokens)
-    reuse = ChatSession(lm, DecodingConfig(method=method))
-    fresh = ChatSession(lm, DecodingConfig(method=method))
+    reuse = ChatSession(lm, DecodingConfig(method=named(method, METHODS)))
+    fresh = ChatSession(lm, DecodingConfig(method=named(method, METHODS)))
     messages: list[Message] = [{"role": "system", "content": "You are a helpful tutor."}]
     rows: list[dict[str, Any]] = []
     for i in range(turns):

@@ -29,21 +29,46 @@ def to_markdown(chat: Chat, thread: list[MessageRow]) -> str:
         lines += ["## System", "", chat.system_prompt, ""]
     for m in thread:
         lines += [f"## {m.role.capitalize()}", "", m.content, ""]
-        if m.role == "assistant" and m.tokens:
-            stats = f"{m.tokens} tokens"
-            if m.tokens_per_s:
-                stats += f", {m.tokens_per_s:.1f} tokens/s"
-            if m.mat:
-                stats += f", MAT {m.mat:.2f}"
+        figures = m.stats.reply if m.stats is not None else None
+        if m.role == "assistant" and figures is not None and figures.tokens:
+            stats = f"{figures.tokens} tokens"
+            if figures.tokens_per_s:
+                stats += f", {figures.tokens_per_s:.1f} tokens/s"
+            if figures.mat:
+                stats += f", MAT {figures.mat:.2f}"
             lines += [f"*{stats}*", ""]
     return "\n".join(lines)
+
+
+def _message_json(m: MessageRow) -> dict[str, object]:
+    """A message as the export has always written it: its row, the main figures beside the
+    whole record."""
+    fig = m.stats.reply if m.stats is not None else None
+    return {
+        "id": m.id,
+        "chat_id": m.chat_id,
+        "parent_id": m.parent_id,
+        "role": m.role,
+        "content": m.content,
+        "model": m.model,
+        "created_at": m.created_at,
+        "tokens": fig.tokens if fig else None,
+        "seconds": fig.seconds if fig else None,
+        "tokens_per_s": fig.tokens_per_s if fig else None,
+        "steps": fig.steps if fig else None,
+        "mat": fig.mat if fig else None,
+        "speedup": fig.speedup_est if fig else None,
+        "accepted_by_drafter": dict(fig.accepted_by_drafter) if fig else {},
+        "finish_reason": m.finish_reason,
+        "stats": m.stats.to_dict() if m.stats is not None else {},
+    }
 
 
 def to_json(store: Store, chat: Chat) -> str:
     """Every message of every branch (parent_id links them), with its statistics."""
     data = dict(chat.__dict__)
     data["thread"] = [m.id for m in store.thread(chat.id)]
-    data["messages"] = [m.__dict__ for m in store.messages(chat.id)]
+    data["messages"] = [_message_json(m) for m in store.messages(chat.id)]
     return json.dumps(data, indent=2, ensure_ascii=False)
 
 

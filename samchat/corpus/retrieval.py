@@ -12,12 +12,13 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from samchat.corpus.passages import estimate_tokens
 from samchat.corpus.readers import Skip, read_file
 from samchat.corpus.rule import RetrievalRule
 from samchat.errors import SamchatError
+from samchat.figures import SourceRef
 from samchat.messages import Message
 from samchat.store import Store
 
@@ -72,14 +73,9 @@ class Source:
         name = self.title + (f" › {heading}" if heading else "")
         return f"{name} ({self.path})" if self.path and self.path != self.title else name
 
-    def record(self) -> dict[str, Any]:
+    def ref(self) -> SourceRef:
         """What a saved reply and `ask --json` keep of it."""
-        return {
-            "title": self.title,
-            "path": self.path,
-            "passage_id": self.passage_id,
-            "document_id": self.document_id,
-        }
+        return SourceRef(self.title, self.path, self.passage_id, self.document_id)
 
 
 @dataclass

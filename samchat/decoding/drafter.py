@@ -1,5 +1,5 @@
 """The drafter interface: what every draft source (the automata, Token Recycling) offers the
-policy (decoding/policy.py)."""
+policy (samchat.decoding.policy)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from samchat.decoding.tree import DraftTree
+from samchat.names import DrafterName
 
 
 class Drafter(ABC):
@@ -17,7 +18,7 @@ class Drafter(ABC):
     then advance(committed tokens) (and observe(...) after every forward if wants_logits).
     """
 
-    name: str = ""
+    name: DrafterName  # each drafter sets its own
     wants_logits: bool = False
 
     @abstractmethod

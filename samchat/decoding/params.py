@@ -16,11 +16,11 @@ import contextlib
 import math
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, TypeVar, get_type_hints
+from typing import Any, ClassVar, Literal, TypeVar, get_type_hints
 
 from samchat.errors import SamchatError
-
-METHODS = ("plain", "sam", "tr", "sam+tr")
+from samchat.names import METHODS as METHODS  # re-exported: where the knob lists them
+from samchat.names import Method
 
 T = TypeVar("T")
 
@@ -202,6 +202,8 @@ def _declared(cls: type[Any]) -> tuple[Knob, ...]:
         optional = type(None) in args
         base = next((a for a in args if a is not type(None)), hint) if optional else hint
         kind = getattr(base, "__origin__", base)
+        if kind is Literal:  # a name of samchat.names: a string of its choices
+            kind = str
         if kind not in (bool, int, float, str, tuple):
             raise TypeError(f"{cls.__name__}.{f.name}: knobs of type {hint} are not supported")
         meta = f.metadata
@@ -292,11 +294,12 @@ class DecodingConfig:
 
     SECTION: ClassVar[str] = "decoding"
 
-    method: str = knob("sam+tr", "none, SAM, Token Recycling (TR) or both", choices=METHODS)
+    # A Literal of samchat.names, which ruff cannot tell immutable: knob() returns the default.
+    method: Method = knob("sam+tr", "none, SAM, Token Recycling (TR) or both", choices=METHODS)  # noqa: RUF009
     # SAM-Decoding's selection rule: SAM draft when max(dyn, static - l_bias) >= l_threshold.
     l_threshold: int = knob(5, "shortest suffix match that the SAM drafters trust", minimum=0)
     l_bias: int = knob(5, "match length above which SAM drafts win over Token Recycling", minimum=0)
-    # Largest draft (nodes); 0 = fitted to the hardware (cost curve, see decoding/policy.py).
+    # Largest draft (nodes); 0 = fitted to the hardware (cost curve, see samchat.decoding.policy).
     max_draft: int = knob(
         0, "most draft tokens verified per step (0 = fitted to the hardware)", minimum=0
     )

@@ -33,20 +33,21 @@ from typing import Any
 import numpy as np
 
 from samchat.decoding.drafter import Drafter
+from samchat.decoding.policy.recycling import (
+    CALIBRATION_DECAY,
+    FALLBACK_PRIOR,
+    FALLBACK_PRIOR_WEIGHT,
+    MAX_DEPTH,
+    RANK_PRIOR,
+    RANK_PRIOR_WEIGHT,
+    REFRESH_EVERY,
+    K,
+)
+from samchat.decoding.policy.recycling import TREE_SIZES as SIZES
+from samchat.decoding.protocols import SessionModel
 from samchat.decoding.tree import DraftTree
 
 log = logging.getLogger(__name__)
-
-K = 8
-# Inputs = 1 + nodes: 2, 4, 8, 16 ... rows, the shapes the CPU kernels run fastest.
-SIZES = (1, 3, 7, 11, 15, 23, 31, 47, 63)
-MAX_DEPTH = 6
-# Prior chance that the model's next token is the table's candidate of rank r (warm table).
-_PRIOR_RANK = (0.45, 0.12, 0.06, 0.04, 0.03, 0.02, 0.015, 0.01)
-_PRIOR_WEIGHT = 200.0
-# The same for the fallback row (most frequent emitted tokens): a weak unigram guess.
-_PRIOR_FALLBACK = (0.06, 0.04, 0.03, 0.02, 0.02, 0.015, 0.01, 0.01)
-_PRIOR_FALLBACK_WEIGHT = 50.0
 
 
 def build_template(
@@ -195,12 +196,13 @@ class TokenRecyclingDrafter(Drafter):
         self._refresh()
 
     @classmethod
-    def for_model(cls, lm: Any, cache_dir: Path | None = None) -> TokenRecyclingDrafter:
+    def for_model(cls, lm: SessionModel, cache_dir: Path | None = None) -> TokenRecyclingDrafter:
         """The table of lm, kept under cache_dir across sessions (None: this session only)."""
-        vocab = int(lm.vocab_size)
+        vocab = lm.vocab_size
         if cache_dir is None:
             return cls(vocab, K)
-        ident = f"{getattr(lm, 'source', '')}|{getattr(lm, 'name', '')}|{vocab}"
+        # `source` (where the weights came from) where the model has one: a LoadedModel's.
+        ident = f"{getattr(lm, 'source', '')}|{lm.name}|{vocab}"
         digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
         return cls(vocab, K, cache_dir / "token_recycling" / f"{digest}.npy")
 
@@ -244,13 +246,13 @@ class TokenRecyclingDrafter(Drafter):
 
     @property
     def rank_rates(self) -> list[float]:
-        return smoothed(_PRIOR_RANK[: self.k], _PRIOR_WEIGHT, self.hits.tolist(), self.seen)
+        return smoothed(RANK_PRIOR[: self.k], RANK_PRIOR_WEIGHT, self.hits.tolist(), self.seen)
 
     @property
     def fallback_rates(self) -> list[float]:
         return smoothed(
-            _PRIOR_FALLBACK[: self.k],
-            _PRIOR_FALLBACK_WEIGHT,
+            FALLBACK_PRIOR[: self.k],
+            FALLBACK_PRIOR_WEIGHT,
             self.fallback_hits,
             self.fallback_seen,
         )
@@ -292,8 +294,8 @@ class TokenRecyclingDrafter(Drafter):
         return self._actual / self._predicted
 
     def feedback(self, accepted: int) -> None:
-        self._actual = 0.98 * self._actual + accepted
-        self._predicted = 0.98 * self._predicted + self._pending_prediction
+        self._actual = CALIBRATION_DECAY * self._actual + accepted
+        self._predicted = CALIBRATION_DECAY * self._predicted + self._pending_prediction
 
     # -- the drafter --------------------------------------------------------------------------
 
@@ -369,5 +371,5 @@ class TokenRecyclingDrafter(Drafter):
         self._known[list(last)] = True
         self._dirty = True
         self._since_refresh += 1
-        if self._since_refresh >= 32:
+        if self._since_refresh >= REFRESH_EVERY:
             self._refresh()

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import threading
 
     from samchat.decoding.sampling import Sampler
+    from samchat.names import FinishReason
 
 
 class Reply:
@@ -86,7 +87,7 @@ class Reply:
         self.stop_at = -1  # where the stop string starts (finish "stop")
         self.accepted_by: dict[str, int] = {}
         self.ttft = 0.0
-        self.finish: str | None = None
+        self.finish: FinishReason | None = None
 
     def budget(self, cancel: threading.Event | None, context_limit: int) -> int | None:
         """Draft nodes the next step may verify, or None (finish set) when the reply ends

@@ -16,16 +16,7 @@ from samchat.decoding.context_fit import drop_oldest_turn, dropped_notice
 from samchat.decoding.drafter import Drafter
 from samchat.decoding.events import Event, PrefillProgress, StepStats
 from samchat.decoding.params import DecodingConfig, SamplingParams
-from samchat.decoding.policy import (
-    PLAIN,
-    REPLY_FADE,
-    REST_SAMPLE,
-    AcceptanceModel,
-    Decision,
-    Selector,
-    calibration_due,
-    prompt_rows,
-)
+from samchat.decoding.policy import PLAIN, AcceptanceModel, Decision, Drafting, begin_reply
 from samchat.decoding.prompt import common_prefix, render_prompt
 from samchat.decoding.protocols import DraftIndex, SessionModel
 from samchat.decoding.reply import Reply
@@ -384,7 +375,7 @@ class ChatSession:
 
     def _plan_reply(
         self, messages: list[Message], params: SamplingParams
-    ) -> tuple[list[int], str, _Drafting | None]:
+    ) -> tuple[list[int], str, Drafting | None]:
         """Fit the prompt, and plan this reply's drafters."""
         self._engine.fit(measure=self.measure_first)
         prompt, notice = self._fit(messages, params)
@@ -392,8 +383,7 @@ class ChatSession:
         if inexact and not self._told_inexact and self.config.method != "plain":
             self._told_inexact = True  # once per session: every reply would be noise
             notice = f"{notice}; {inexact}" if notice else inexact
-        # Each reply is new text: what earlier replies taught counts half (REPLY_FADE).
-        self._acceptance.fade(REPLY_FADE)
+        begin_reply(self._acceptance)
         return prompt, notice, self._plan_drafting(len(prompt))
 
     def _new_reply(
@@ -413,21 +403,17 @@ class ChatSession:
             t_decode=time.perf_counter(),
         )
 
-    def _prompt_logit_rows(self, drafting: _Drafting | None) -> int:
+    def _prompt_logit_rows(self, drafting: Drafting | None) -> int:
         """How many new prompt rows Token Recycling learns from (their logits cost an output
         projection each: where verification is not nearly free, only the last ones, where the
         reply most likely copies from)."""
-        if drafting is None or drafting.selector.aux is None:
-            return 0  # no Token Recycling, or it rests
-        return prompt_rows(drafting.tracker.curve.rel(64), int(self.lm.vocab_size))
+        return 0 if drafting is None else drafting.prompt_logit_rows(int(self.lm.vocab_size))
 
-    def _plan_drafting(self, context: int) -> _Drafting | None:
+    def _plan_drafting(self, context: int) -> Drafting | None:
         """This reply's drafters and selector, priced on the cost curve after `context` cached
-        tokens. Token Recycling rests when none of its trees can pay on it (or trees cannot be
-        verified here)."""
-        dyn, static, aux = self._drafters()
-        drafters = [d for d in (dyn, static, aux) if d is not None]
-        if not drafters:
+        tokens (the policy's Drafting.plan)."""
+        drafters = self._drafters()
+        if all(d is None for d in drafters):
             return None
         known = self._known_curve()
         if known is None:  # not measured yet: plain decoding is exact and needs no prices
@@ -437,26 +423,19 @@ class ChatSession:
             self._tracker = CostTracker(curve)
         tracker = self._tracker
         tracker.rebase(curve)
-        selector = Selector(self.config, tracker.curve, self._acceptance, dyn, static, aux)
-        selector.trees_allowed = self.tree_reason is None
-        selector.at_start = True
-        resting = None
-        if aux is not None and not selector.tree_can_pay(aux):
-            resting, selector.aux = aux, None
-        return _Drafting(drafters, selector, tracker, resting)
+        trees = self.tree_reason is None
+        return Drafting.plan(self.config, tracker, self._acceptance, drafters, trees)
 
     def _step(
-        self, reply: Reply, drafting: _Drafting | None, budget: int
+        self, reply: Reply, drafting: Drafting | None, budget: int
     ) -> tuple[StepStats, list[int], list[str]] | None:
         """Choose a draft, verify it in one forward, learn from the outcome. Returns the step's
         stats, the accepted tokens (bonus included) and their drafters; None when the model
         rejected a tree mask (tree drafts are off from then on)."""
         tree: DraftTree | None = None
         decision: Decision = PLAIN
-        due = drafting is not None and calibration_due(drafting.tracker.curve, self._since_plain)
-        if drafting is not None and budget > 0 and not due:
-            tree, decision = drafting.selector.choose(min(budget, self._engine.exact_rows - 1))
-            drafting.selector.at_start = False
+        if drafting is not None:
+            tree, decision = drafting.choose(budget, self._engine.exact_rows, self._since_plain)
         t0 = time.perf_counter()
         try:
             ids, path, bonus, logits = self.verify_step(reply.pending, tree, reply.sampler)
@@ -468,7 +447,7 @@ class ChatSession:
             self.tree_reason = f"tree verification failed ({type(exc).__name__}: {exc})"
             log.warning("tree drafts disabled: %s", self.tree_reason)
             if drafting is not None:
-                drafting.selector.trees_allowed = False
+                drafting.trees_failed()
             return None
         forward_s = time.perf_counter() - t0
         reply.stepped(bonus, forward_s, plain=tree is None)
@@ -483,10 +462,9 @@ class ChatSession:
         size = len(tree) if tree is not None else 0
         return StepStats(decision.drafter, size, n_acc, forward_s), new, sources
 
-    def _end_reply(self, reply: Reply, drafting: _Drafting | None) -> Iterator[Event]:
+    def _end_reply(self, reply: Reply, drafting: Drafting | None) -> Iterator[Event]:
         if drafting is not None:
-            for d in drafting.drafters:
-                d.finish()
+            drafting.finish()
         tail = reply.close()
         if tail is not None:
             yield tail
@@ -500,62 +478,6 @@ class ChatSession:
         elif reply.finish != "cancelled":
             t1 = self._calibrate(reply.pending)
         yield reply.done(seconds, t1)
-
-
-class _Drafting:
-    """The drafters of one reply and the selector that picks each step's draft. A resting
-    drafter is not offered to the selector and reads only one forward in REST_SAMPLE."""
-
-    __slots__ = ("drafters", "resting", "selector", "since_sample", "tracker", "watchers")
-
-    def __init__(
-        self,
-        drafters: list[Drafter],
-        selector: Selector,
-        tracker: CostTracker,
-        resting: Drafter | None = None,
-    ) -> None:
-        self.drafters = drafters
-        self.resting = resting
-        self.watchers = [d for d in drafters if d.wants_logits and d is not resting]
-        self.selector = selector
-        self.tracker = tracker
-        self.since_sample = 0
-
-    def begin(self, prompt: list[int], prompt_rows: tuple[list[int], Logits] | None) -> None:
-        """The reply starts: every drafter sees the prompt; the active ones that read logits
-        learn from the prompt rows the prefill returned."""
-        for d in self.drafters:
-            d.begin(prompt)
-        if prompt_rows is not None:
-            for d in self.watchers:
-                d.observe(*prompt_rows)
-
-    def learn(
-        self,
-        decision: Decision,
-        ids: list[int],
-        logits: Logits,
-        new: list[int],
-        accepted: list[str],
-        forward_s: float,
-    ) -> None:
-        """After a verified step: its cost, the drafters of the accepted draft tokens, the
-        tokens committed (bonus included) and, for the drafters that want them, the logits."""
-        tracker = self.tracker
-        selector = self.selector
-        if tracker.record(len(ids), forward_s):
-            selector.curve = tracker.curve
-        selector.feedback(decision, accepted)
-        for d in self.drafters:
-            d.advance(new)
-        for d in self.watchers:
-            d.observe(ids, logits)
-        if self.resting is not None:
-            self.since_sample += 1
-            if self.since_sample >= REST_SAMPLE:
-                self.since_sample = 0
-                self.resting.observe(ids, logits)
 
 
 def _make_dynamic() -> Drafter | None:

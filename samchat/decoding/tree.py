@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from samchat.engines.layout import TreeLayout
+from samchat.names import DraftSource, merged_source
 
 
 @dataclass
@@ -18,13 +19,13 @@ class DraftTree:
 
     tokens: list[int]
     parents: list[int]
-    source: str  # "dyn" | "static" | "tr"; a merged tree: "dyn+tr" | "static+tr"
+    source: DraftSource
     # The drafter of each node where they differ (a merged tree); None: all `source`.
     node_sources: list[str] | None = None
     _layout: TreeLayout | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def sequence(cls, tokens: list[int], source: str) -> DraftTree:
+    def sequence(cls, tokens: list[int], source: DraftSource) -> DraftTree:
         return cls(list(tokens), list(range(-1, len(tokens) - 1)), source)
 
     @classmethod
@@ -48,7 +49,7 @@ class DraftTree:
                 sources.append(second.source_at(i))
                 children[(parent, tok)] = node
             mapped.append(node)
-        return cls(tokens, parents, f"{first.source}+{second.source}", sources)
+        return cls(tokens, parents, merged_source(first.source), sources)
 
     def source_at(self, node: int) -> str:
         return self.node_sources[node] if self.node_sources is not None else self.source

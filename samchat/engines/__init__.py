@@ -7,15 +7,14 @@ statistics never ask which one runs."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from samchat.engines.base import Engine, Logits
+from samchat.engines.base import Engine, EngineModel, Logits
 from samchat.engines.registry import ENGINES, engine_kind
 
 __all__ = ["ENGINES", "Engine", "Logits", "open_engine"]
 
 
-def open_engine(lm: Any, cache_dir: Path | None = None) -> Engine:
+def open_engine(lm: EngineModel, cache_dir: Path | None = None) -> Engine:
     """A fresh engine (its own KV cache) over the loaded model's weights; it keeps what it
     measures on this machine under cache_dir (None: in this process only)."""
-    return engine_kind(str(getattr(lm, "engine", "torch"))).open(lm, cache_dir)
+    return engine_kind(lm.engine).open(lm, cache_dir)

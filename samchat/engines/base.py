@@ -21,6 +21,28 @@ Logits: TypeAlias = "np.ndarray[Any, np.dtype[np.float32]]"
 # Where a model can run; the command line's --device adds "auto" (samchat.models.device).
 DEVICE_TYPES = ("cpu", "cuda", "mps")
 
+# The most rows one verification forward takes: the pending token and a draft of at most
+# DRAFT_ROWS - 1 nodes. The engines' fast paths and the cost curve cover this many; the policy
+# (samchat.decoding.policy) keeps drafts within it. Declared here: engines import no decoding.
+DRAFT_ROWS = 64
+
+
+class EngineModel(Protocol):
+    """A loaded model as the registry opens an engine on it (a samchat.models LoadedModel, or a
+    test's stand-in); each engine reads its own weights object from it besides."""
+
+    @property
+    def engine(self) -> str: ...  # the registry's name of the engine that runs it
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def context_limit(self) -> int: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
 
 class ReadStopped(Exception):
     """A prefill stopped midway by Engine.stop_reading() (the reply was cancelled)."""

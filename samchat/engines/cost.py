@@ -4,7 +4,7 @@ tracker that refines it from real steps, and one memo of measured curves that ev
 (in this process, and cached on disk by what was measured).
 
 On a GPU the curve is nearly flat up to ~64 rows; on a CPU it climbs fast, so a draft only pays
-when the tokens it is expected to add outweigh its extra cost (decoding/policy.py decides).
+when the tokens it is expected to add outweigh its extra cost (samchat.decoding.policy decides).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from samchat.engines.base import DRAFT_ROWS
 from samchat.engines.kernels import KernelPlan, plan_from
 from samchat.errors import SamchatError
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, DRAFT_ROWS)
 # Bumped when the verification forward or its measurement changes: cached curves are re-measured.
 CURVE_VERSION = 5
 # A cached curve above this at 4 inputs was measured under heavy load (batching 4 rows costs
@@ -122,7 +123,7 @@ class CostCurve:
         return out
 
     @classmethod
-    def flat(cls, max_inputs: int = 64) -> CostCurve:
+    def flat(cls, max_inputs: int = DRAFT_ROWS) -> CostCurve:
         """Verifying up to max_inputs rows costs one row: what a GPU nearly gives."""
         return cls({1: 1.0, max_inputs: 1.0}, fixed=True)
 

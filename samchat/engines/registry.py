@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from samchat.engines.base import DEVICE_TYPES
 
 if TYPE_CHECKING:
-    from samchat.engines.base import Engine
+    from samchat.engines.base import Engine, EngineModel
 
 AUTO = "auto"
 # llama.cpp allocates its whole KV cache up front: a model trained on 128k tokens would take
@@ -69,7 +69,7 @@ class EngineKind:
     # (called as function(lm, cache_dir=...)); None: engine_class.
     opener: str | None = None
 
-    def open(self, lm: Any, cache_dir: Path | None = None) -> Engine:
+    def open(self, lm: EngineModel, cache_dir: Path | None = None) -> Engine:
         engine: Engine = _attr(self.opener or self.engine_class)(lm, cache_dir=cache_dir)
         return engine
 

@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 
@@ -42,6 +42,12 @@ from samchat.models.device import (
 )
 from samchat.models.gguf_header import metadata_digest
 from samchat.models.kept_tokenizer import KeptTokenizer
+from samchat.names import StepMode
+
+if TYPE_CHECKING:
+    import torch
+
+    from samchat.decoding.protocols import Tokenizer
 from samchat.paths import model_cache_dir
 from samchat.remote.endpoint import is_remote
 
@@ -66,9 +72,13 @@ class ModelSpec:
 
 @dataclass
 class LoadedModel:
-    model: Any  # transformers.PreTrainedModel
-    tokenizer: Any  # transformers.PreTrainedTokenizerBase
-    device: Any  # torch.device; "cpu" for llama.cpp
+    """A model ready for decoding: a samchat.decoding SessionModel (and EngineModel)."""
+
+    # The weights as its engine runs them (a transformers model, or llama.cpp's LlamaWeights):
+    # only that engine reads them, through its own package.
+    model: Any
+    tokenizer: Tokenizer  # transformers' tokenizer, or the GGUF's kept one
+    device: torch.device | str  # "cpu" for llama.cpp
     name: str
     fingerprint: str
     eos_ids: tuple[int, ...]
@@ -76,7 +86,7 @@ class LoadedModel:
     dtype: str = ""
     engine: str = "torch"  # the registry's name of the engine that runs `model`
     # How the torch engine runs decode and verify steps (TorchEngine's `steps`).
-    steps: str = "dynamic"
+    steps: StepMode = "dynamic"
 
     @property
     def device_type(self) -> str:
@@ -575,7 +585,7 @@ def _refuse(kind: EngineKind, spec: ModelSpec, gguf: bool) -> None:
         raise ModelLoadError(f"the {kind.label} engine is unavailable: {reason}")
 
 
-def requested_steps(spec: ModelSpec, device_type: str) -> str:
+def requested_steps(spec: ModelSpec, device_type: str) -> StepMode:
     """How the torch engine should run its steps (TorchEngine's `steps`): "graphs" when asked,
     "auto" (graphs if the model's cache allows them) by default on CUDA for unquantized weights
     (bitsandbytes layers are not checked under capture), else "dynamic"."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+
+from samchat.figures import StoredStats
 
 
 @dataclass(frozen=True)
@@ -27,15 +28,8 @@ class MessageRow:
     content: str
     model: str | None
     created_at: float
-    tokens: int | None = None
-    seconds: float | None = None
-    tokens_per_s: float | None = None
-    steps: int | None = None
-    mat: float | None = None
-    speedup: float | None = None
-    accepted_by_drafter: dict[str, int] = field(default_factory=dict)
     finish_reason: str | None = None
-    stats: dict[str, Any] = field(default_factory=dict)  # everything the engine reported
+    stats: StoredStats | None = None  # a reply's record (None: a question, or none stored)
 
 
 @dataclass(frozen=True)

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json
 import sqlite3
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from samchat.corpus.passages import split_passages
 from samchat.errors import StoreError
+from samchat.figures import StoredStats
 from samchat.messages import Message
 from samchat.store.connection import connect, translate, write_transaction
 from samchat.store.migrations import migrate
@@ -49,16 +49,6 @@ def _guard(fn: Callable[Concatenate[Store, P], R]) -> Callable[Concatenate[Store
     return wrapper
 
 
-def _stats_dict(stats: object) -> dict[str, Any]:
-    if stats is None:
-        return {}
-    if dataclasses.is_dataclass(stats) and not isinstance(stats, type):
-        return dataclasses.asdict(stats)
-    if isinstance(stats, Mapping):
-        return dict(stats)
-    raise TypeError(f"stats must be a dataclass or a mapping, not {type(stats).__name__}")
-
-
 def _num(value: object, kind: type[int] | type[float]) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -90,8 +80,6 @@ def _json_dict(text: str | None) -> dict[str, Any]:
 
 
 def _message(row: sqlite3.Row | tuple[Any, ...]) -> MessageRow:
-    accepted = _json_dict(row[13])
-    stats = _json_dict(row[15])
     return MessageRow(
         id=row[0],
         chat_id=row[1],
@@ -100,15 +88,8 @@ def _message(row: sqlite3.Row | tuple[Any, ...]) -> MessageRow:
         content=row[4],
         model=row[5],
         created_at=row[6],
-        tokens=row[7],
-        seconds=row[8],
-        tokens_per_s=row[9],
-        steps=row[10],
-        mat=row[11],
-        speedup=row[12],
-        accepted_by_drafter=accepted,
         finish_reason=row[14],
-        stats=stats,
+        stats=StoredStats.parse(_json_dict(row[15])),
     )
 
 
@@ -235,18 +216,18 @@ class Store:
         content: str,
         parent_id: int | None,
         model: str | None = None,
-        stats: object = None,
+        stats: StoredStats | None = None,
         *,
         finish_reason: str | None = None,
         created_at: float | None = None,
     ) -> int:
-        """Append a message under `parent_id` (None = a new root). `stats` is a ReplyStats (any
-        dataclass) or a dict; its known fields get columns, all of it is kept as JSON."""
+        """Append a message under `parent_id` (None = a new root). `stats`: a reply's record,
+        kept as JSON (StoredStats.to_dict), its main figures also in columns."""
         if role not in ROLES:
             raise StoreError(f"unknown message role {role!r}; expected one of {', '.join(ROLES)}")
-        data = _stats_dict(stats)
-        accepted = data.get("accepted_by_drafter")
-        speedup = data.get("speedup_est", data.get("speedup"))
+        if stats is not None and not isinstance(stats, StoredStats):
+            raise TypeError(f"stats must be a StoredStats, not {type(stats).__name__}")
+        figures = stats.reply if stats is not None else None
         now = created_at if created_at is not None else time.time()
         with write_transaction(self.conn):
             self.chat(chat_id)
@@ -267,15 +248,15 @@ class Store:
                     content,
                     model,
                     now,
-                    _num(data.get("tokens"), int),
-                    _num(data.get("seconds"), float),
-                    _num(data.get("tokens_per_s"), float),
-                    _num(data.get("steps"), int),
-                    _num(data.get("mat"), float),
-                    _num(speedup, float),
-                    json.dumps(accepted) if isinstance(accepted, Mapping) else None,
-                    finish_reason or data.get("finish_reason"),
-                    json.dumps(data, default=str) if data else None,
+                    _num(figures.tokens, int) if figures else None,
+                    _num(figures.seconds, float) if figures else None,
+                    _num(figures.tokens_per_s, float) if figures else None,
+                    _num(figures.steps, int) if figures else None,
+                    _num(figures.mat, float) if figures else None,
+                    _num(figures.speedup_est, float) if figures else None,
+                    json.dumps(figures.accepted_by_drafter) if figures else None,
+                    finish_reason or (stats.finish_reason if stats else None),
+                    json.dumps(stats.to_dict(), default=str) if stats else None,
                 ),
             )
             self.conn.execute(

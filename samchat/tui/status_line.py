@@ -14,10 +14,7 @@ if TYPE_CHECKING:
     from samchat.tui.widgets.conversation import Conversation
 
 
-def status_line(
-    host: ChatHost, docs: ChatDocuments, conversation: Conversation, preparing: bool
-) -> str:
-    """preparing: a question's documents are being read and fitted."""
+def status_line(host: ChatHost, docs: ChatDocuments, conversation: Conversation) -> str:
     parts = []
     lm = host.lm
     if host.model_state == ModelState.READY and lm is not None:
@@ -36,7 +33,7 @@ def status_line(
     if host.index_progress:
         parts.append(host.index_progress)
     pending, timing = conversation.pending is not None, conversation.timing
-    if preparing:
+    if conversation.preparing:  # a question's documents are being read and fitted
         parts.append("reading documents…")
     elif pending and timing:
         parts.append("your prompt waits: timing drafts on this CPU (once; esc answers now)…")

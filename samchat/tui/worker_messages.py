@@ -1,6 +1,6 @@
-"""Messages that worker threads post to the app, the chat screen or the conversation
-(post_message is thread-safe), and the reply job they carry. The reply worker's messages are
-the conversation's own: they do not bubble."""
+"""Messages that worker threads post to the app or the conversation (post_message is
+thread-safe), and the reply job they carry. The reply and sources workers' messages are the
+conversation's own: they do not bubble."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ class IndexProgress(Message):
 
 
 @dataclass
-class SourcesReady(Message):
+class SourcesReady(Message, bubble=False):
     """The question with its documents, fitted into the model's context."""
 
     chat_id: int | None
@@ -122,6 +122,6 @@ class SourcesReady(Message):
 
 
 @dataclass
-class SourcesFailed(Message):
+class SourcesFailed(Message, bubble=False):
     question: str
     error: str

@@ -70,8 +70,8 @@ def test_send_regenerate_edit_and_switch_branches(
     assert stored.content == streamed == done.text
     assert stored.parent_id == first.parent_id and stored.model == default_lm.name
     assert stored.finish_reason == done.finish_reason
-    assert stored.stats["provenance"] == [[n, s] for n, s in done.stats.provenance]
-    assert stored.stats["finish_reason"] == done.finish_reason and stored.stats["speed_trace"]
+    assert stored.stats is not None and stored.stats.reply.provenance == done.stats.provenance
+    assert stored.stats.finish_reason == done.finish_reason and stored.stats.speed_trace
 
     # The next question follows the reply, with the branch as its history.
     second = service.send("Another.", chat_id=chat_id, parent_id=reply_id, model=default_lm.name)

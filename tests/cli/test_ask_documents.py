@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from samchat.cli import main
+from samchat.figures import StoredStats
 from samchat.store import Store
 
 FACT = "The warranty of the Aurora kettle lasts seven years from the date of purchase."
@@ -77,7 +78,8 @@ def test_the_answer_quotes_a_fact_only_the_imported_file_holds(
         question, reply = store.thread(chat.id)
         # The saved question shows what the model was given; the reply names its sources.
         assert FACT in question.content and question.content.endswith(QUESTION)
-        assert reply.stats["sources"] == answer["sources"]
+        assert reply.stats is not None
+        assert [s.to_dict() for s in reply.stats.sources] == answer["sources"]
         passage = store.passages(source["document_id"])[0]
         assert passage.id == source["passage_id"] and FACT in passage.text
     # config.toml's [documents] sizes what goes in: with no relevance cut, the weaker passages
@@ -93,7 +95,7 @@ def test_the_answer_quotes_a_fact_only_the_imported_file_holds(
     with Store.open(tmp_path / "data" / "samchat.db") as store:
         [chat] = store.chats()
         last = store.thread(chat.id)[-1].id
-        slow = {"prompt_tokens": 1000, "reused_tokens": 0, "prefill_s": 1000.0}
+        slow = StoredStats.parse({"prompt_tokens": 1000, "reused_tokens": 0, "prefill_s": 1000.0})
         store.add_message(chat.id, "assistant", "slow", last, model=default_lm.name, stats=slow)
     assert main(["ask", "--docs", "--json", "--no-save", *base, QUESTION]) == 0
     assert json.loads(capsys.readouterr().out)["sources"] == [source]

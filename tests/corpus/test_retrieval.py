@@ -52,7 +52,7 @@ def test_retrieve_ranks_dedupes_and_names_sources(tmp_path: Path) -> None:
             ("Kettle", "Kettle", "The blue kettle warranty lasts 2 years.")
         ]
         assert found[0].path == str((docs / "kettle.md").resolve())
-        assert found[0].record() == {
+        assert found[0].ref().to_dict() == {
             "title": "Kettle",
             "path": found[0].path,
             "passage_id": found[0].passage_id,

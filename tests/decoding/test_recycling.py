@@ -204,7 +204,7 @@ def test_observe_learns_as_the_numpy_table_did_repeated_ids_included() -> None:
         assert np.array_equal(d.adj, adj)
     assert repeats > 50
     assert seen > 0 and hits.sum() > 0
-    prior = [p * 200.0 for p in recycling._PRIOR_RANK[:k]]
+    prior = [p * 200.0 for p in recycling.RANK_PRIOR[:k]]
     want = [float((p + h) / (200.0 + seen)) for p, h in zip(prior, hits, strict=True)]
     assert d.rank_rates == want
     assert d.hits.tolist() == hits.tolist() and int(d.seen) == seen

@@ -67,7 +67,11 @@ def test_samchat_serve_answers_as_the_model_run_here_and_the_chat_is_kept(
             "And two more?",
             follow["text"],
         ]
-        assert thread[1].stats["method"] == "remote" and thread[1].finish_reason == "length"
+        assert (
+            thread[1].stats is not None
+            and thread[1].stats.reply.method == "remote"
+            and thread[1].finish_reason == "length"
+        )
         word = max(answer["text"].split(), key=len).strip(".,:;!?*")
         hits = store.search(word, kinds=("message",))
         assert answer["reply_id"] in {h.id for h in hits}

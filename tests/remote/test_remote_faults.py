@@ -208,7 +208,7 @@ def test_a_server_killed_mid_stream_leaves_the_partial_reply_kept_and_marked(
             assert reply_id is not None
             stored = store.message(reply_id)
             assert stored.content == record.text and stored.finish_reason == "interrupted"
-            assert stored.stats["notice"] == record.notice
+            assert stored.stats is not None and stored.stats.notice == record.notice
     finally:
         server.kill()
 

@@ -41,8 +41,12 @@ def test_ask_saves_continues_and_indexes(
         assert [m.role for m in thread] == ["user", "assistant", "user", "assistant"]
         assert [thread[0].content, thread[2].content] == ["Name a colour.", "Another one."]
         reply = thread[1]
-        assert reply.tokens is not None and 1 <= reply.tokens <= 4
-        assert reply.finish_reason in ("eos", "length") and reply.stats["steps"] >= 1
+        assert reply.stats is not None and 1 <= reply.stats.reply.tokens <= 4
+        assert (
+            reply.finish_reason in ("eos", "length")
+            and reply.stats is not None
+            and reply.stats.reply.steps >= 1
+        )
         # The finished turns are in the static index of the model's tokenizer.
         encode, sep = tokenizer_codec(default_lm.tokenizer)
         manager = IndexManager(store, default_lm.fingerprint, encode, sep)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from samchat.errors import StoreError
+from samchat.figures import StoredStats
 from samchat.store import Store
 from samchat.store.migrations import LATEST, current_version, migrate
 
@@ -42,9 +43,10 @@ def test_v1_database_upgrades_with_its_data(tmp_path: Path) -> None:
         # v2 backfilled full-text search over rows written before it existed.
         assert {h.kind for h in store.search("ancient")} == {"message", "document"}
         # v3 columns are usable on the old rows.
-        assert store.message(1).accepted_by_drafter == {}
-        m = store.add_message(1, "assistant", "new", 1, stats={"steps": 3, "mat": 1.5})
-        assert store.message(m).steps == 3
+        assert store.message(1).stats is None
+        m = store.add_message(1, "assistant", "new", 1, stats=StoredStats.parse({"steps": 3}))
+        record = store.message(m).stats
+        assert record is not None and record.reply.steps == 3
         assert store.documents()[0].corpus is None and store.documents()[0].token_count == 7
         assert store.chat(1).title == "old chat"
     # Opening again is a no-op.
@@ -293,7 +295,7 @@ def test_old_sql_database_upgrades_to_the_same_schema(tmp_path: Path, version: i
         assert not conn.in_transaction  # everything above was committed
         if version == 3:
             assert store.chat_by_source("chatgpt:x") is not None
-            assert store.message(3).steps == 4
+            assert store.conn.execute("SELECT steps FROM messages WHERE id = 3").fetchone() == (4,)
 
 
 def test_a_migration_can_transform_a_table_others_reference(

@@ -11,6 +11,7 @@ import pytest
 from samchat.cli import main
 from samchat.corpus.indexing import IndexManager
 from samchat.errors import StoreError
+from samchat.figures import StoredStats
 from samchat.store import Store, deep_check, recover
 from samchat.store import recovery as recovery_module
 
@@ -186,7 +187,7 @@ def test_a_damaged_json_value_is_cleared_and_its_row_kept(tmp_path: Path) -> Non
     assert result.tables["messages"].cleared == 1 and "damaged value cleared" in result.summary()
     with Store.open(path) as store:
         reply = store.message(2)
-        assert reply.stats == {} and reply.content == before["messages"][2][4]
+        assert reply.stats is None and reply.content == before["messages"][2][4]
         assert len(store.messages(1)) == 2 * N_TURNS + N_TURNS // 50
 
 
@@ -280,7 +281,9 @@ def test_damaged_text_and_json_that_sqlite_still_reads_are_one_line_errors(tmp_p
     with Store.open(path) as store:
         chat = store.create_chat("t", None)
         first = store.add_message(chat, "user", "question", None)
-        reply = store.add_message(chat, "assistant", "answer", first, stats={"tokens": 3})
+        reply = store.add_message(
+            chat, "assistant", "answer", first, stats=StoredStats.parse({"tokens": 3})
+        )
     conn = sqlite3.connect(path)
     conn.execute(
         "UPDATE messages SET stats = '{\"tok', accepted_by_drafter = '[1' WHERE id = ?", (reply,)
@@ -290,6 +293,6 @@ def test_damaged_text_and_json_that_sqlite_still_reads_are_one_line_errors(tmp_p
     conn.close()
     with Store.open(path) as store:
         row = store.message(reply)
-        assert row.content == "answer" and row.stats == {} and row.accepted_by_drafter == {}
+        assert row.content == "answer" and row.stats is None
         with pytest.raises(StoreError, match=r"is corrupt \(Could not decode.*samchat db recover"):
             store.message(first)

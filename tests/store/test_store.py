@@ -5,26 +5,18 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from samchat.errors import StoreError
+from samchat.figures import ReplyStats, StoredStats
 from samchat.store import Store
 
-
-@dataclass
-class FakeReplyStats:  # the shape of samchat.decoding's ReplyStats
-    tokens: int = 40
-    seconds: float = 2.0
-    tokens_per_s: float = 20.0
-    steps: int = 16
-    mat: float = 2.5
-    accepted_by_drafter: dict[str, int] = field(default_factory=lambda: {"dyn": 10, "tr": 4})
-    speedup_est: float = 1.7
-    prefill_s: float = 0.1
-    ttft_s: float = 0.2
+FIGURES = ReplyStats(
+    tokens=40, seconds=2.0, tokens_per_s=20.0, steps=16, mat=2.5,
+    accepted_by_drafter={"dyn": 10, "tr": 4}, speedup_est=1.7, prefill_s=0.1, ttft_s=0.2,
+)  # fmt: skip
 
 
 @pytest.fixture
@@ -89,19 +81,30 @@ def test_branch_navigation_and_a_conversation_up_to_its_leaf(store: Store) -> No
     assert store.sibling(q, 1) is None and store.sibling(f1, -1) is None
 
 
-def test_stats_from_dataclass_and_dict(store: Store) -> None:
+def _columns(store: Store, message_id: int) -> tuple[object, ...]:
+    return tuple(
+        store.conn.execute(
+            "SELECT tokens, seconds, steps, mat, speedup, accepted_by_drafter FROM messages"
+            " WHERE id = ?",
+            (message_id,),
+        ).fetchone()
+    )
+
+
+def test_a_reply_record_is_kept_whole_and_its_main_figures_in_columns(store: Store) -> None:
     chat = store.create_chat("s")
     q = store.add_message(chat, "user", "q", None)
-    a = store.add_message(chat, "assistant", "a", q, "m", FakeReplyStats(), finish_reason="eos")
+    record = StoredStats(FIGURES, "eos")
+    a = store.add_message(chat, "assistant", "a", q, "m", record, finish_reason="eos")
     row = store.message(a)
-    assert (row.tokens, row.seconds, row.steps, row.mat, row.speedup) == (40, 2.0, 16, 2.5, 1.7)
-    assert row.accepted_by_drafter == {"dyn": 10, "tr": 4}
-    assert row.finish_reason == "eos"
-    assert row.stats["ttft_s"] == 0.2
-    b = store.add_message(chat, "assistant", "b", q, stats={"tokens": 3, "speedup": 1.1})
-    assert (store.message(b).tokens, store.message(b).speedup) == (3, 1.1)
+    assert row.stats == record and row.finish_reason == "eos"
+    assert _columns(store, a) == (40, 2.0, 16, 2.5, 1.7, '{"dyn": 10, "tr": 4}')
+    # An older row's JSON: read leniently ("speedup" is a key since dropped).
+    b = store.add_message(chat, "assistant", "b", q, stats=StoredStats.parse({"tokens": 3}))
+    assert _columns(store, b)[0] == 3
+    assert store.message(q).stats is None
     with pytest.raises(TypeError):
-        store.add_message(chat, "assistant", "c", q, stats=42)
+        store.add_message(chat, "assistant", "c", q, stats=42)  # type: ignore[arg-type]
 
 
 def test_chats_newest_first_rename_prompt_delete(store: Store) -> None:
@@ -205,7 +208,7 @@ def test_prefill_speed_is_the_median_of_recent_long_reads_of_that_model(store: S
     q = store.add_message(chat, "user", "q", None)
 
     def reply(model: str, **stats: object) -> None:
-        store.add_message(chat, "assistant", "a", q, model=model, stats=stats)
+        store.add_message(chat, "assistant", "a", q, model=model, stats=StoredStats.parse(stats))
 
     assert store.prefill_speed("m") is None
     reply("m", prompt_tokens=1000, reused_tokens=0, prefill_s=10.0)  # 100 tokens/s

@@ -108,8 +108,9 @@ async def test_a_reply_answers_from_a_retrieved_passage_and_names_it(
         assert FACT in question.content and question.content.endswith(QUESTION)
         assert store.chat(app.chat.chat_id).title.startswith("How long does the Aurora")
         assert "seven years" in reply.content
-        [source] = reply.stats["sources"]
-        assert source["title"] == "Kitchen notes" and source["path"].endswith("notes.md")
+        assert reply.stats is not None
+        [source] = reply.stats.sources
+        assert source.title == "Kitchen notes" and (source.path or "").endswith("notes.md")
         user_view, reply_view = app.chat.chat_view.views()
         folded = user_view.query_one(Collapsible)
         assert folded.collapsed and folded.title == "sources (1)"
@@ -121,4 +122,4 @@ async def test_a_reply_answers_from_a_retrieved_passage_and_names_it(
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: app.chat.replies_finished == 2, 180)
         again = [m for m in store.messages(app.chat.chat_id) if m.role == "assistant"][-1]
-        assert again.id != reply.id and again.stats["sources"] == [source]
+        assert again.id != reply.id and again.stats is not None and again.stats.sources == (source,)

@@ -66,19 +66,23 @@ async def test_chat_reply_stats_and_stored_copy_agree(
         assert view.content == stored.content and stored.content.strip()
         assert view.message_id == stored.id
         # Its statistics: the engine's figures, stored and shown, agree with what streamed.
-        assert stored.tokens == live.final.tokens == live.tokens
+        assert stored.stats is not None
+        assert stored.stats.reply.tokens == live.final.tokens == live.tokens
         assert stored.finish_reason in ("eos", "length")
-        assert stored.mat == pytest.approx(live.final.mat)
-        assert stored.stats["method"] == "sam+tr"
-        accepted = {k: v for k, v in stored.accepted_by_drafter.items() if v}
+        assert stored.stats.reply.mat == pytest.approx(live.final.mat)
+        assert stored.stats is not None and stored.stats.reply.method == "sam+tr"
+        accepted = {k: v for k, v in stored.stats.reply.accepted_by_drafter.items() if v}
         assert accepted == live.by_source  # per-token sources of the streamed deltas
         bar = str(app.query_one("#stats-text", Static).render())
         assert f"{live.final.tokens_per_s:.1f}" in bar and f"{live.final.mat:.2f}" in bar
         figures = str(view.query_one(".msg-stats", Static).render())
-        assert f"{stored.tokens} tok" in figures and f"MAT {stored.mat:.2f}" in figures
+        assert (
+            f"{stored.stats.reply.tokens} tok" in figures
+            and f"MAT {stored.stats.reply.mat:.2f}" in figures
+        )
         # Provenance covers the reply exactly, and is stored with it.
         assert "".join(t for t, _ in view.spans) == stored.content
-        assert sum(n for n, _ in stored.stats["provenance"]) == len(stored.content)
+        assert sum(n for n, _ in stored.stats.reply.provenance) == len(stored.content)
         await pilot.press("f9")
         await pilot.pause()
         shown = view.query_one(".msg-provenance", Static)
@@ -115,7 +119,7 @@ async def test_stop_keeps_the_partial_reply(
         assert app.chat.chat_id is not None
         (stored,) = replies(store, app.chat.chat_id)
         assert stored.finish_reason == "cancelled"
-        assert 3 <= (stored.tokens or 0) < 400
+        assert 3 <= (stored.stats.reply.tokens if stored.stats else 0) < 400
         assert app.chat.chat_view.views()[-1].content == stored.content
 
 
@@ -366,7 +370,8 @@ async def test_a_first_reply_does_not_wait_for_timing_the_machine(
         await wait_for(pilot, lambda: app.chat.replies_finished == 1, 120)
         assert app.chat.chat_id is not None
         (first,) = replies(store, app.chat.chat_id)
-        assert first.stats["accepted_by_drafter"].get("dyn", 0) == 0 and first.mat == 1.0
+        assert first.stats is not None and first.stats.reply.accepted_by_drafter.get("dyn", 0) == 0
+        assert first.stats.reply.mat == 1.0
         await wait_for(pilot, lambda: app.chat.conversation.timing)
         assert "timing drafts on this CPU" in str(app.query_one("#status").render())
         await send(pilot, app, "Repeat it again: the quick brown fox.")
@@ -376,7 +381,9 @@ async def test_a_first_reply_does_not_wait_for_timing_the_machine(
         await wait_for(pilot, lambda: app.chat.replies_finished == 2, 120)
         assert len(timed) == 1 and not app.chat.conversation.timing
         second = replies(store, app.chat.chat_id)[-1]
-        assert second.stats["steps"] < second.stats["tokens"]  # it drafted this time
+        assert (
+            second.stats is not None and second.stats.reply.steps < second.stats.reply.tokens
+        )  # it drafted this time
 
 
 async def test_esc_stops_timing_the_machine_and_the_waiting_prompt_goes_at_once(

@@ -3,6 +3,7 @@ figures, provenance, finish reason), built by samchat.chat.record from the engin
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -80,14 +81,15 @@ async def test_tui_and_ask_store_the_same_record(
         # What the view shows is what it stored: text and per-drafter spans.
         assert shown.content == tui_reply.content
         runs = [[len(text), source] for text, source in shown.spans]
-        assert runs == tui_reply.stats["provenance"]
+        assert tui_reply.stats is not None and runs == tui_reply.stats.to_dict()["provenance"]
 
+    assert ask_reply.stats is not None and tui_reply.stats is not None
     for reply in (ask_reply, tui_reply):
         assert reply.role == "assistant" and reply.content == done.text
-        assert reply.finish_reason == done.finish_reason and reply.tokens == done.stats.tokens
-    assert set(ask_reply.stats) == set(tui_reply.stats)
+        assert reply.finish_reason == done.finish_reason
+        assert reply.stats is not None and reply.stats.reply.tokens == done.stats.tokens
     # The speed trace is wall-clock (when each event arrived); everything else is the engine's.
-    same = {k: v for k, v in ask_reply.stats.items() if k != "speed_trace"}
-    assert same == {k: v for k, v in tui_reply.stats.items() if k != "speed_trace"}
-    assert same["provenance"] == [[n, s] for n, s in done.stats.provenance]
-    assert len(ask_reply.stats["speed_trace"]) == len(tui_reply.stats["speed_trace"]) > 0
+    same = dataclasses.replace(ask_reply.stats, speed_trace=())
+    assert same == dataclasses.replace(tui_reply.stats, speed_trace=())
+    assert same.reply.provenance == done.stats.provenance
+    assert len(ask_reply.stats.speed_trace) == len(tui_reply.stats.speed_trace) > 0

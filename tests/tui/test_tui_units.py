@@ -9,7 +9,7 @@ import pytest
 
 from samchat.chat.config import ConfigError, from_toml_dict, load_config, parse_sampling
 from samchat.chat.live_stats import LiveStats, format_stats
-from samchat.chat.shown_stats import ShownStats
+from samchat.figures import StoredStats
 from samchat.tui.code_blocks import code_blocks
 from samchat.tui.themes import ThemeFileError, load_themes, theme_from_dict
 
@@ -33,6 +33,12 @@ from samchat.tui.themes import ThemeFileError, load_themes, theme_from_dict
 def test_bad_config_values_name_the_problem(section: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         from_toml_dict(section)
+
+
+def _record(stored: dict[str, object]) -> StoredStats:
+    record = StoredStats.parse(stored)
+    assert record is not None
+    return record
 
 
 def test_missing_config_gives_defaults(tmp_path: Path) -> None:
@@ -68,7 +74,7 @@ def test_live_figures_then_final_ones() -> None:
     live = LiveStats(started=10.0)
     live.on_step(0.05)  # a draft step faster than plain (a lucky timing) does not price plain
     live.on_delta(2, ["dyn", "plain"], 10.05)
-    assert live.speedup == 0.0  # no plain step timed in this reply yet: unknown
+    assert live.speedup_est == 0.0  # no plain step timed in this reply yet: unknown
     live = LiveStats(started=10.0)
     live.on_step(0.1, plain=True)
     live.on_delta(1, ["plain"], 10.1)
@@ -77,7 +83,7 @@ def test_live_figures_then_final_ones() -> None:
     assert live.tokens == 5 and live.steps == 2
     assert live.mat == pytest.approx(2.5)
     assert live.tokens_per_s == pytest.approx(5 / 0.3)
-    assert live.speedup == pytest.approx(5 * 0.1 / 0.3)
+    assert live.speedup_est == pytest.approx(5 * 0.1 / 0.3)
     assert live.shares() == pytest.approx({"dyn": 0.4, "static": 0.0, "tr": 0.2})
     assert live.speeds == pytest.approx([10.0, 20.0])
     final = {
@@ -88,9 +94,9 @@ def test_live_figures_then_final_ones() -> None:
         "accepted_by_drafter": {"dyn": 2, "tr": 1, "plain": 2},
         "seconds": 0.4,
     }
-    live.on_done(ShownStats.parse(final))
-    assert (live.tokens_per_s, live.speedup) == (12.0, 1.4)
-    assert "dyn 40% static 0% tr 20%" in format_stats(ShownStats.parse(final))
+    live.on_done(_record(final))
+    assert (live.tokens_per_s, live.speedup_est) == (12.0, 1.4)
+    assert "dyn 40% static 0% tr 20%" in format_stats(_record(final))
 
 
 def test_remote_figures_are_speed_and_first_token_only() -> None:
@@ -105,12 +111,12 @@ def test_remote_figures_are_speed_and_first_token_only() -> None:
     bar = str(stats_content(live, "streaming"))
     assert "first token 0.40 s" in bar and "remote" in bar and "MAT" not in bar
     final = {"tokens": 2, "seconds": 0.1, "tokens_per_s": 20.0, "ttft_s": 0.42}
-    live.on_done(ShownStats.parse({**final, "method": "remote", "finish_reason": "length"}))
+    live.on_done(_record({**final, "method": "remote", "finish_reason": "length"}))
     assert live.remote and live.ttft == 0.42 and live.tokens_per_s == 20.0
-    remote = ShownStats.parse({**final, "method": "remote", "finish_reason": "interrupted"})
+    remote = _record({**final, "method": "remote", "finish_reason": "interrupted"})
     line = format_stats(remote)
     assert line == "2 tok · 0.10 s · 20.0 tok/s · first token 0.42 s · remote · interrupted"
-    stopped = ShownStats.parse({**final, "method": "remote", "finish_reason": "stop"})
+    stopped = _record({**final, "method": "remote", "finish_reason": "stop"})
     assert "interrupted" not in format_stats(stopped)
 
 

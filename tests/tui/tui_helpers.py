@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from samchat.chat.config import Config
+from samchat.figures import StoredStats
 from samchat.store import Store
 
 
@@ -22,7 +23,7 @@ def seed_chat(store: Store, title: str, turns: list[tuple[str, str]], **stats: A
             reply,
             parent,
             "SmolLM2-135M-Instruct",
-            stats or None,
+            StoredStats.parse(stats),
             created_at=1_700_000_000.5 + n,
         )
     return chat_id

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from samchat.engines.base import Logits, ReadStopped
+from samchat.engines.base import DRAFT_ROWS, Logits, ReadStopped
 from samchat.engines.cost import CURVES, CostCurve, measure_engine
 from samchat.engines.llamacpp.model import (
     has_pending,
@@ -37,17 +37,18 @@ from samchat.errors import SamchatError
 if TYPE_CHECKING:
     from samchat.engines.layout import TreeLayout
 
-MAX_SEQ = 64  # leaves of one draft tree (trees hold at most 64 nodes)
+MAX_SEQ = DRAFT_ROWS  # leaves of one draft tree (trees hold fewer nodes)
 # The cache's type, under flash attention. With Q8_0 every query takes the one-row path, so a
 # row does not depend on its batch. An F16 cache reads a long prompt twice as fast, tiling 64+
 # queries (docs/benchmarks.md), and its rows equal one-token decoding's bit for bit if no
-# forward that decoding is compared with has 64 rows or more (MAX_ROWS) and none has one row:
+# forward that decoding is compared with has F16_TILE rows or more and none has one row:
 # a lone query on 2+ threads splits the cache between them and sums in another order, so a
 # one-token forward gets a throwaway second row there, in a sequence of its own. That step
 # costs more than Q8_0's, so only a conversation that opens with a long read takes F16.
 Q8_0, F16 = 8, 1  # GGML types
 LONG_READ = 256  # tokens read into an empty cache from which it is F16
-MAX_ROWS = 63
+F16_TILE = 64  # queries from which llama.cpp's flash attention tiles an F16 cache
+MAX_ROWS = F16_TILE - 1
 PAD_SEQ = 1  # the throwaway row's sequence (a tree's leaves use it only during a tree forward)
 MAX_BATCH = 2048  # tokens per llama_decode (a prefill chunk)
 # A session's prefill pieces, small to keep a long prompt cancellable; the same pieces whatever

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from samchat.engines.base import Logits
+from samchat.engines.base import DRAFT_ROWS, Logits
 from samchat.engines.cost import CURVES, CostCurve, keep_cached, measure_engine
 from samchat.engines.kernels import DEFAULT_PLAN, KernelPlan
 from samchat.engines.torch import fastpath
@@ -18,6 +18,7 @@ from samchat.engines.torch.forward import ModelForward
 from samchat.engines.torch.graphs import StaticSteps
 from samchat.engines.torch.kvcache import KVCache
 from samchat.engines.torch.measure import measure_cost_curve
+from samchat.names import STEP_MODES, StepMode, named
 
 if TYPE_CHECKING:
     from samchat.engines.layout import TreeLayout
@@ -52,9 +53,11 @@ class TorchEngine:
     # A prompt of up to this many tokens is one forward, as in transformers' generate() (the
     # reference the tests compare with); pieces would round differently on this engine.
     prefill_chunk = 2048
-    exact_rows = 64  # a draft tree's most nodes, with its root
+    exact_rows = DRAFT_ROWS  # a draft tree's most nodes, with its root
 
-    def __init__(self, lm: Any, cache_dir: Path | None = None, steps: str | None = None) -> None:
+    def __init__(
+        self, lm: Any, cache_dir: Path | None = None, steps: StepMode | None = None
+    ) -> None:
         """steps: "dynamic" (every step its own shapes), "graphs" (fixed shapes replayed as
         CUDA graphs: graphs.py) or "static" (the same fixed shapes, run eagerly: how the tests
         check that path on a CPU), "auto" (graphs where the device and the KV cache allow them,
@@ -67,7 +70,7 @@ class TorchEngine:
         self.dtype: torch.dtype = next(self.model.parameters()).dtype
         self._kv = KVCache(self.model)
         self._fwd = ModelForward(self.model)
-        self.steps = steps or str(getattr(lm, "steps", "dynamic"))
+        self.steps: StepMode = steps or named(str(getattr(lm, "steps", "dynamic")), STEP_MODES)
         if self.steps == "auto":
             usable = self.device.type == "cuda" and self._kv.slab is not None
             self.steps = "graphs" if usable else "dynamic"

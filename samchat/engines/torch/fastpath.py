@@ -25,8 +25,10 @@ from typing import Any
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from samchat.engines.base import DRAFT_ROWS
+
 ATTN_NAME = "samchat_sdpa"
-MAX_ROWS = 64  # larger inputs (prefill chunks) keep the stock kernels
+MAX_ROWS = DRAFT_ROWS  # larger inputs (prefill chunks) keep the stock kernels
 
 _state = threading.local()
 _registered = False

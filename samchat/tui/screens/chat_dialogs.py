@@ -115,10 +115,19 @@ def import_documents(
 
 
 def chat_documents(
-    app: App[Any], docs: ChatDocuments, chosen: Callable[[ChatDocuments], None]
+    app: App[Any],
+    by_chat: dict[int | None, ChatDocuments],
+    chat_id: int | None,
+    changed: Callable[[], None],
 ) -> None:
-    def done(result: ChatDocuments | None) -> None:
-        if result is not None:
-            chosen(result)
+    """The documents of `chat_id` (in `by_chat`, each chat's) chosen anew."""
 
-    app.push_screen(DocumentsScreen(docs), done)
+    def done(docs: ChatDocuments | None) -> None:
+        if docs is None:
+            return
+        by_chat[chat_id] = docs
+        changed()
+        if docs.active:
+            app.notify(f"{docs.summary()} for this chat", title="Documents", timeout=3)
+
+    app.push_screen(DocumentsScreen(by_chat.setdefault(chat_id, ChatDocuments())), done)

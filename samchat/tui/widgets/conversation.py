@@ -1,7 +1,8 @@
 """The open chat's conversation: its messages (a ChatView, the legend of the provenance colours
-and the stats bar of the reply's figures) and the reply streaming into it from this widget's
-own worker, or waiting for the model. It saves nothing: a finished reply goes up as ReplyDone,
-and the chat screen saves it and hands it back to `settle`."""
+and the stats bar of the reply's figures) and each turn of it. A question is saved when it is
+sent, after its documents are read and fitted by this widget's sources worker; its reply
+streams in from this widget's reply worker (or waits for the model) and is saved when it ends.
+What the screen shows around it follows the messages it posts: Opened, Sent, Settled, Changed."""
 
 from __future__ import annotations
 
@@ -18,13 +19,13 @@ from textual.message import Message
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
+from samchat.chat.documents import gather_sources
 from samchat.chat.live_stats import LiveStats
 from samchat.chat.service import PendingReply, ReplyRecord
-from samchat.chat.shown_stats import ShownStats
-from samchat.tui.code_blocks import code_blocks
+from samchat.errors import SamchatError
 from samchat.tui.guard import guarded
 from samchat.tui.reply_stream import stream_to
-from samchat.tui.screens.dialogs import PickScreen
+from samchat.tui.screens import chat_dialogs as dialogs
 from samchat.tui.states import ModelState
 from samchat.tui.widgets.chat_view import ChatView
 from samchat.tui.widgets.message_view import MessageView, legend_content
@@ -37,13 +38,22 @@ from samchat.tui.worker_messages import (
     ReplyJob,
     ReplyReading,
     ReplyStep,
+    SourcesFailed,
+    SourcesReady,
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
     from samchat.chat.generator import Replies
+    from samchat.chat.service import ChatService
     from samchat.decoding.params import SamplingParams
+    from samchat.figures import SourceRef
+    from samchat.messages import Message as ChatMessage
     from samchat.store import MessageRow
     from samchat.tui.host import ChatHost
+    from samchat.tui.screens.documents import ChatDocuments
 
 
 class Conversation(Vertical):
@@ -52,16 +62,37 @@ class Conversation(Vertical):
         """A reply started, waits, ended, or the machine is being timed: the status follows."""
 
     @dataclass
-    class ReplyDone(Message):
-        """A reply is complete (or stopped): save it, then hand it back to `settle`. The
-        conversation stays busy until then."""
+    class Opened(Message):
+        """A chat is shown (None: a new one, not saved yet), titled `title`."""
 
-        job: ReplyJob
-        record: ReplyRecord
+        chat_id: int | None
+        title: str
+
+    @dataclass
+    class Sent(Message):
+        """A question was saved in `chat_id`; `title`: the chat's, where it was created for it."""
+
+        chat_id: int
+        title: str | None
+
+    @dataclass
+    class Returned(Message):
+        """A question's documents could not be read: it was not sent, and goes back."""
+
+        question: str
+
+    @dataclass
+    class Settled(Message):
+        """A reply was saved (or could not be) and shown; `joined`: it joined the thread on
+        screen (the branch headers follow)."""
+
+        joined: bool
 
     def __init__(self, host: ChatHost, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.host = host  # the model that answers, and the sampling it answers with
+        self.chat_id: int | None = None  # the chat shown (None: a new one)
+        self.preparing = False  # a question's documents are being read and fitted
         self.job: ReplyJob | None = None  # the reply streaming now (until settled)
         self.pending: ReplyJob | None = None  # a reply waiting for the model
         self.timing = False  # this machine's costs are being measured (after a first reply)
@@ -79,7 +110,215 @@ class Conversation(Vertical):
 
     @property
     def busy(self) -> bool:
-        return self.job is not None or self.pending is not None
+        return self.job is not None or self.pending is not None or self.preparing
+
+    async def show_chat(self, chat_id: int | None, leaf_id: int | None = None) -> bool:
+        """Show the branch of `chat_id` that ends at `leaf_id` (None: its newest); False when
+        the store could not read it."""
+        self.chat_id = chat_id
+        data = self.host.data
+        if chat_id is None or data is None:
+            await self.chat_view.show_thread([], {})
+            self.post_message(self.Opened(None, ""))
+            return True
+        try:
+            rows = data.thread(chat_id, leaf_id)
+            branches = data.branches(rows)
+            title = data.chat(chat_id).title
+        except SamchatError as exc:
+            self.host.error(exc)
+            return False
+        await self.chat_view.show_thread(rows, branches)
+        self.post_message(self.Opened(chat_id, title))
+        return True
+
+    # -- a question ----------------------------------------------------------------------------
+
+    async def ask(self, question: str, documents: ChatDocuments, service: ChatService) -> bool:
+        """Send `question`, after the sources worker has read and fitted `documents` where the
+        chat has any. False: it was not taken (the prompt keeps it)."""
+        if not documents.active:
+            return await self.send(question, question)
+        generator = self.host.generator
+        if generator is None:
+            self.notify(
+                "load a model first (ctrl+l): documents are fitted to its context",
+                severity="warning",
+            )
+            return False
+        rows = self.chat_view.rows
+        try:
+            history = service.history(self.chat_id, rows[-1].id if rows else None)
+        except SamchatError as exc:
+            self.host.error(exc, "Database")
+            return False
+        self.preparing = True
+        self.post_message(self.Changed())
+        files = list(documents.files)
+        self.read_sources(self.chat_id, question, history, documents.retrieval, files, generator)
+        return True
+
+    @work(thread=True, group="sources", exit_on_error=False)
+    def read_sources(
+        self,
+        chat_id: int | None,
+        question: str,
+        history: list[ChatMessage],
+        retrieval: bool,
+        files: list[Path],
+        gen: Replies,
+    ) -> None:
+        """The attached files and retrieved passages, fitted to the context, posted back."""
+        cfg, data = self.host.cfg, self.host.data
+        try:
+            if data is None:
+                raise SamchatError("the database is not open")
+            sources = gather_sources(
+                data.path,
+                question,
+                retrieval=retrieval,
+                files=files,
+                rule=cfg.documents,
+                model=gen.lm.name,
+            )
+            fitted = gen.fit_sources(history, question, sources, cfg.sampling)
+        except SamchatError as exc:
+            self.post_message(SourcesFailed(question, str(exc)))
+        except Exception as exc:  # never take the UI down over a document
+            self.post_message(SourcesFailed(question, f"{type(exc).__name__}: {exc}"))
+        else:
+            self.post_message(SourcesReady(chat_id, question, fitted))
+
+    @guarded
+    async def on_sources_ready(self, msg: SourcesReady) -> None:
+        self.preparing = False
+        fitted = msg.fitted
+        for notice in fitted.notices:
+            self.notify(notice, title="Documents", severity="warning", timeout=8)
+        if not fitted.sources:
+            self.notify("no document passage matches; asking without them", title="Documents")
+        if self.chat_id != msg.chat_id:  # the user moved to another chat meanwhile
+            await self.show_chat(msg.chat_id)
+        await self.send(msg.question, fitted.content, [s.ref() for s in fitted.sources])
+
+    def on_sources_failed(self, msg: SourcesFailed) -> None:
+        self.preparing = False
+        self.post_message(self.Returned(msg.question))
+        self.host.error(msg.error, "Documents")
+        self.post_message(self.Changed())
+
+    async def send(self, question: str, content: str, sources: Sequence[SourceRef] = ()) -> bool:
+        """Save `content` (the question, after its sources if any) and start the reply; False
+        when it could not be saved."""
+        service = self.host.service
+        if service is None:
+            self.host.error("the database is not open; restart samchat after fixing it")
+            return False
+        rows = self.chat_view.rows
+        new = self.chat_id is None
+        try:
+            reply = service.send(
+                question,
+                content=content,
+                chat_id=self.chat_id,
+                parent_id=rows[-1].id if rows and not new else None,
+                model=self.host.model_name,
+                sources=sources,
+            )
+            assert reply.chat_id is not None and reply.parent_id is not None  # saving is on
+            self.chat_id = reply.chat_id
+            row = service.store.message(reply.parent_id)
+            title = service.store.chat(reply.chat_id).title if new else None
+        except SamchatError as exc:
+            self.host.error(exc, "Database")
+            return False
+        self.post_message(self.Sent(reply.chat_id, title))
+        await self.chat_view.add_view(self.chat_view.make_view(row), row)
+        await self.start_reply(reply, self.host.model_name)
+        return True
+
+    async def regenerate(self) -> None:
+        """Another reply to the question of the focused reply (else of the newest question)."""
+        service = self.host.service
+        if self.chat_id is None or service is None:
+            return
+        view = self.chat_view.target_view("assistant")
+        rows = self.chat_view.rows
+        if view is not None and view.parent_id is not None:
+            user_id = view.parent_id
+        else:  # no reply yet (e.g. it failed): answer the last user message
+            users = [r for r in rows if r.role == "user"]
+            if not users:
+                self.notify("nothing to regenerate yet", severity="warning")
+                return
+            user_id = users[-1].id
+        ids = [r.id for r in rows]
+        upto = rows[: ids.index(user_id) + 1] if user_id in ids else rows
+        await self.chat_view.show_thread(upto, service.store.branches(upto))
+        # The question keeps the sources it was sent with: the new reply names them too.
+        answered = view is not None and view.parent_id == user_id
+        sources = view.stats.sources if view is not None and view.stats and answered else ()
+        try:
+            reply = service.regenerate(
+                self.chat_id, user_id, model=self.host.model_name, sources=sources
+            )
+        except SamchatError as exc:
+            self.host.error(exc, "Database")
+            return
+        await self.start_reply(reply, self.host.model_name)
+
+    async def switch_branch(self, step: int) -> None:
+        """Show the branch `step` places away at the focused message, else at the newest
+        message that has others."""
+        service = self.host.service
+        if self.chat_id is None or service is None:
+            return
+        focused = self.screen.focused
+        candidates = [focused] if isinstance(focused, MessageView) else []
+        candidates += [v for v in reversed(self.chat_view.views()) if v.branch[1] > 1]
+        for view in candidates:
+            if view.message_id is None:
+                continue
+            try:
+                target = service.switch_branch(view.message_id, step)
+            except SamchatError as exc:
+                self.host.error(exc)
+                return
+            if target is not None:
+                if await self.show_chat(self.chat_id, target):
+                    self.chat_view.focus_message(target)
+                return
+        self.notify("this message has no other branches", severity="warning")
+
+    def edit(self) -> None:
+        """Edit the focused question (or the one a focused reply answers, else the newest) in
+        a dialog; the edited text is a new branch, answered at once."""
+        service, chat_id = self.host.service, self.chat_id
+        if service is None or chat_id is None:
+            return
+        view = self.chat_view.target_view("user")
+        focused = self.screen.focused
+        if isinstance(focused, MessageView) and focused.role == "assistant":
+            view = next(
+                (v for v in self.chat_view.views() if v.message_id == focused.parent_id), view
+            )
+        if view is None or view.message_id is None:
+            self.notify("there is no message of yours to edit", severity="warning")
+            return
+
+        async def resend(reply: PendingReply) -> None:
+            await self.show_chat(chat_id, reply.parent_id)
+            await self.start_reply(reply, self.host.model_name)
+
+        dialogs.edit_message(
+            self.app,
+            service,
+            service.store.message(view.message_id),
+            lambda: self.host.model_name,
+            self.host.error,
+            resend,
+            lambda: self.chat_id == chat_id,
+        )
 
     # -- the reply -----------------------------------------------------------------------------
 
@@ -146,7 +385,7 @@ class Conversation(Vertical):
 
     async def _drop_pending(self, job: ReplyJob) -> None:
         if job.view.is_attached:
-            await job.view.finish(None, ShownStats())
+            await job.view.finish(None, None)
             await job.view.remove()
         self.notify("the waiting prompt will not be answered", timeout=3)
         self.post_message(self.Changed())
@@ -184,14 +423,38 @@ class Conversation(Vertical):
     def on_reply_step(self, msg: ReplyStep) -> None:
         msg.job.live.on_step(msg.forward_s, msg.plain)
 
-    def on_reply_finished(self, msg: ReplyFinished) -> None:
+    @guarded
+    async def on_reply_finished(self, msg: ReplyFinished) -> None:
+        """Save the reply, then show it as saved."""
         job, record = msg.job, msg.record
-        job.live.on_done(ShownStats.of(record.stats))
+        job.live.on_done(record.stats)
         if record.finish_reason == "interrupted":  # a server broke off: the text is kept
             self.notify(record.notice, title="Reply interrupted", severity="warning", timeout=10)
         elif record.notice:
             self.notify(record.notice, title="Context")
-        self.post_message(self.ReplyDone(job, record))
+        message_id: int | None = None
+        row = None
+        try:
+            message_id, row = self.save(job, record)
+        finally:
+            joined = await self.settle(job, record, message_id, row)
+        self.post_message(self.Settled(joined))
+
+    def save(self, job: ReplyJob, record: ReplyRecord) -> tuple[int | None, MessageRow | None]:
+        """Save the reply under its question: its message id (None: not saved) and, when its
+        chat is the one shown, its row."""
+        service = self.host.service
+        if service is None:
+            return None, None
+        try:
+            message_id = service.finish(job.reply, record)
+        except SamchatError as exc:
+            self.host.error(exc, "Database")
+            return None, None
+        self.host.poke_indexer()  # the turn joins the static index for later replies
+        if message_id is None or self.chat_id != job.chat_id:
+            return message_id, None
+        return message_id, service.store.message(message_id)
 
     async def settle(
         self, job: ReplyJob, record: ReplyRecord, message_id: int | None, row: MessageRow | None
@@ -205,16 +468,28 @@ class Conversation(Vertical):
             await view.drop_stream()
         else:
             # The engine's figures and provenance; the streamed view matches them.
-            await view.finish(message_id, ShownStats.of(record.stats))
+            await view.finish(message_id, record.stats)
             if row is not None:
                 self.chat_view.rows.append(row)
                 shown = True
+        if shown:
+            self.refresh_branch_headers()
         self.query_one(StatsBar).show(job.live, record.finish_reason)
         if record.finish_reason == "cancelled":
             self.notify("stopped", timeout=2)
         self.last_live = job.live
         self.post_message(self.Changed())
         return shown
+
+    def refresh_branch_headers(self) -> None:
+        data = self.host.data
+        if data is None:
+            return
+        try:
+            branches = data.branches(self.chat_view.rows)
+        except SamchatError:
+            return
+        self.chat_view.show_branches(branches)
 
     async def on_reply_failed(self, msg: ReplyFailed) -> None:
         if self.job is msg.job:
@@ -227,50 +502,6 @@ class Conversation(Vertical):
 
     # -- the messages shown --------------------------------------------------------------------
 
-    def target_view(self, role: str | None = None) -> MessageView | None:
-        """The focused message if it fits, else the newest message of `role`."""
-        focused = self.screen.focused
-        if isinstance(focused, MessageView) and (role is None or focused.role == role):
-            return focused
-        return self.chat_view.last_view(role)
-
-    def copy_message(self) -> None:
-        view = self.target_view()
-        if view is None or not view.content:
-            self.notify("no message to copy", severity="warning")
-            return
-        self.app.copy_to_clipboard(view.content)
-        self.notify(f"copied {len(view.content)} characters", timeout=2)
-
-    def copy_code(self) -> None:
-        """The focused message's code block, else the newest message's; asks which of several."""
-        focused = self.screen.focused
-        views = [focused] if isinstance(focused, MessageView) else []
-        views += list(reversed(self.chat_view.views()))
-        for view in views:
-            blocks = code_blocks(view.content)
-            if not blocks:
-                continue
-            if len(blocks) == 1:
-                self._copy_block(blocks[0])
-                return
-
-            def chosen(index: int | None, blocks: list[str] = blocks) -> None:
-                if index is not None:
-                    self._copy_block(blocks[index])
-
-            labels = [
-                f"{i + 1}: {b.splitlines()[0] if b.strip() else '(empty)'}"[:70]
-                for i, b in enumerate(blocks)
-            ]
-            self.app.push_screen(PickScreen("Copy which code block?", labels), chosen)
-            return
-        self.notify("no code block to copy", severity="warning")
-
-    def _copy_block(self, block: str) -> None:
-        self.app.copy_to_clipboard(block)
-        self.notify(f"copied a code block ({len(block.splitlines())} lines)", timeout=2)
-
     def toggle_provenance(self) -> None:
         on_now = not self.chat_view.has_class("-provenance")
         if on_now:  # streaming replies skip it while hidden
@@ -282,42 +513,15 @@ class Conversation(Vertical):
     def toggle_stats(self) -> None:
         self.chat_view.toggle_class("-show-stats")
 
-    async def step_message(self, step: int) -> bool:
-        """Focus the previous (-1) or next (1) message; False past the newest one."""
-        views = self.chat_view.views()
-        if not views:
-            return True
-        focused = self.screen.focused
-        if not isinstance(focused, MessageView) or focused not in views:
-            index = len(views) if step < 0 else -1  # from the prompt: start at the newest
-        else:
-            index = views.index(focused)
-        target = index + step
-        if target < 0:
-            if await self.chat_view.load_earlier():
-                views = self.chat_view.views()
-                target = views.index(focused) - 1 if isinstance(focused, MessageView) else 0
-            else:
-                target = 0
-        if target >= len(views):
-            return False
-        views[target].focus()
-        views[target].scroll_visible(animate=False)
-        return True
-
-    async def load_earlier(self) -> None:
-        if not await self.chat_view.load_earlier():
-            self.notify("this is the start of the chat", timeout=2)
-
     @guarded
     def on_message_view_focused(self, event: MessageView.Focused) -> None:
         """A finished reply shows its stored figures (and speed trace) in the stats bar."""
         view = event.view
         stats = view.stats
-        if self.job is not None or view.role != "assistant" or not stats.present:
+        if self.job is not None or view.role != "assistant" or stats is None:
             return
         live = LiveStats(0.0)
-        live.tokens = stats.tokens
+        live.tokens = stats.reply.tokens
         live.speeds = list(stats.speed_trace)
         live.on_done(stats)
         self.query_one(StatsBar).show(live, f"{stats.finish_reason} (stored)")

@@ -15,8 +15,8 @@ from textual.widgets import Collapsible, Markdown, ProgressBar, Static
 from textual.widgets.markdown import MarkdownStream
 
 from samchat.chat.live_stats import format_stats
-from samchat.chat.shown_stats import ShownStats
 from samchat.corpus.retrieval import split_content
+from samchat.figures import StoredStats
 
 # Drafter -> theme variable used to colour its tokens (plain tokens stay uncoloured).
 PROVENANCE_STYLES = {"dyn": "$prov-dyn", "static": "$prov-static", "tr": "$prov-tr"}
@@ -51,12 +51,10 @@ def legend_content() -> Content:
     return Content.assemble(*parts)
 
 
-def sources_used(stats: ShownStats) -> Content:
-    """The documents a reply was given, as its stored stats name them ("" if none)."""
-    names = [
-        f"[{i}] {s.get('title')}" + (f" ({s['path']})" if s.get("path") else "")
-        for i, s in enumerate(stats.sources, 1)
-    ]
+def sources_used(stats: StoredStats | None) -> Content:
+    """The documents a reply was given, as its record names them ("" if none)."""
+    sources = stats.sources if stats is not None else ()
+    names = [f"[{i}] {s.label}" for i, s in enumerate(sources, 1)]
     return Content("sources: " + "; ".join(names)) if names else Content("")
 
 
@@ -86,7 +84,7 @@ class MessageView(Vertical, can_focus=True):
         role: str,
         content: str,
         model: str | None = None,
-        stats: ShownStats | None = None,
+        stats: StoredStats | None = None,  # a reply's record (None: none)
         branch: tuple[int, int] = (1, 1),
         spans: Spans | None = None,
         parent_id: int | None = None,
@@ -97,14 +95,14 @@ class MessageView(Vertical, can_focus=True):
         self.role = role
         self.content = content
         self.model = model
-        self.stats = stats if stats is not None else ShownStats()
+        self.stats = stats
         self.branch = branch
         self.spans: Spans = spans if spans is not None else self._stored_spans(content)
         self._stream: MarkdownStream | None = None
 
     def _stored_spans(self, content: str) -> Spans:
         """Stored provenance is [[n_chars, source], ...] over the content."""
-        runs = self.stats.provenance
+        runs = self.stats.reply.provenance if self.stats is not None else ()
         if sum(n for n, _ in runs) == len(content):
             spans: Spans = []
             pos = 0
@@ -131,7 +129,7 @@ class MessageView(Vertical, can_focus=True):
             yield Static(provenance_content(self.spans), classes="msg-provenance")
             yield Static(format_stats(self.stats), classes="msg-stats")
             used = Static(sources_used(self.stats), classes="msg-used")
-            used.display = bool(self.stats.sources)
+            used.display = self.stats is not None and bool(self.stats.sources)
             yield used
 
     def header_text(self) -> str:
@@ -190,7 +188,7 @@ class MessageView(Vertical, can_focus=True):
             stream, self._stream = self._stream, None
             await stream.stop()
 
-    async def finish(self, message_id: int | None, stats: ShownStats) -> None:
+    async def finish(self, message_id: int | None, stats: StoredStats | None) -> None:
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
@@ -205,4 +203,4 @@ class MessageView(Vertical, can_focus=True):
             self.query_one(".msg-stats", Static).update(format_stats(stats))
             used = self.query_one(".msg-used", Static)
             used.update(sources_used(stats))
-            used.display = bool(stats.sources)
+            used.display = stats is not None and bool(stats.sources)

@@ -7,8 +7,9 @@ from textual.containers import Horizontal
 from textual.content import Content
 from textual.widgets import Sparkline, Static
 
-from samchat.chat.live_stats import DRAFTERS, LiveStats
+from samchat.chat.live_stats import LiveStats
 from samchat.chat.record import TRACE_POINTS
+from samchat.names import DRAFTERS
 from samchat.remote import REMOTE
 from samchat.tui.widgets.message_view import PROVENANCE_STYLES
 
@@ -26,7 +27,7 @@ def stats_content(stats: LiveStats, status: str) -> Content:
             f" · {stats.tokens} tok · {status}",
         )
     shares = stats.shares()
-    speedup = stats.speedup
+    speedup = stats.speedup_est
     if speedup > 0:
         shown = (f"{speedup:.2f}x", "bold $success" if speedup >= 1 else "bold $warning")
     else:

@@ -1,8 +1,5 @@
-"""The drafting policy: how likely a draft is to be accepted (running rates per drafter and
-match length), how long a draft pays on this machine's cost curve, the selector that picks
-each step's draft (or a plain step) from the drafters' proposals, and the rules the session
-follows around it: when a plain step recalibrates the one-token time, how often a resting
-drafter still reads a forward, and how many prompt rows Token Recycling learns from."""
+"""The selector: each step's draft (or a plain step) from the drafters' proposals, sized on this
+machine's cost curve by the acceptance model, within the draft-row ceiling."""
 
 from __future__ import annotations
 
@@ -10,126 +7,27 @@ from dataclasses import dataclass
 
 from samchat.decoding.drafter import Drafter
 from samchat.decoding.params import DecodingConfig
+from samchat.decoding.policy.acceptance import (
+    REPLY_START,
+    AcceptanceModel,
+    best_sequence_length,
+    expected_sequence,
+)
 from samchat.decoding.tree import DraftTree
+from samchat.engines.base import DRAFT_ROWS
 from samchat.engines.cost import FLAT_COST, CostCurve
+from samchat.names import DrafterName, DraftSource
 
-# Acceptance of SAM sequence drafts, by match-length bucket: prior per-token acceptance rate.
-_BUCKET_EDGES = (1, 2, 3, 4, 5, 8, 16, 32)
-_PRIOR_RATE = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85)
-_PRIOR_WEIGHT = 4.0
-
-
-def bucket(match_len: int) -> int:
-    b = 0
-    for edge in _BUCKET_EDGES:
-        if match_len >= edge:
-            b += 1
-        else:
-            break
-    return b
-
-
-# A bucket the selector passes over loses this share of its evidence each time, so a rate that
-# fell below paying drifts back toward the prior and gets tried again (nothing else would ever
-# update it).
-_SKIP_DECAY = 0.97
-# Each reply keeps this share of the evidence before it: acceptance follows the text, and
-# rates learned on one kind of text (extraction, translation) made long drafts fail on the next
-# (summarization, math reasoning), which the fade repaired (docs/benchmarks.md).
-REPLY_FADE = 0.5
-# The key suffix of a reply's first step (see drafter.Decision.key). That step comes once per
-# reply, so the reply fade would keep its evidence near two observations and its prior would
-# never be outweighed: it keeps all of it (first-step drafts were accepted far less often than
-# the faded rates predicted, docs/benchmarks.md).
-REPLY_START = "@start"
-
-
-class AcceptanceModel:
-    """Running per-token acceptance rates of sequence drafts, per drafter key and match bucket.
-
-    A sequence draft is modelled as geometric: each next token is accepted with rate a, so
-    a draft of n tokens adds sum(a^i, i=1..n) tokens on average. The maximum-likelihood a from
-    observed steps is accepted / (accepted + rejections), smoothed by a prior. Evidence fades
-    while a bucket is skipped (`skipped`), so no bucket is written off for good.
-    """
-
-    def __init__(self) -> None:
-        self._acc: dict[str, list[float]] = {}  # observed, without the prior
-        self._rej: dict[str, list[float]] = {}
-        self._skips: dict[str, list[int]] = {}
-
-    def _rows(self, drafter: str) -> tuple[list[float], list[float], list[int]]:
-        if drafter not in self._acc:
-            n = len(_PRIOR_RATE)
-            self._acc[drafter] = [0.0] * n
-            self._rej[drafter] = [0.0] * n
-            self._skips[drafter] = [0] * n
-        return self._acc[drafter], self._rej[drafter], self._skips[drafter]
-
-    def rate(self, drafter: str, match_len: int) -> float:
-        acc, rej, skips = self._rows(drafter)
-        b = bucket(match_len)
-        w = _SKIP_DECAY ** skips[b]
-        prior = _PRIOR_RATE[b]
-        total = _PRIOR_WEIGHT + w * (acc[b] + rej[b])
-        return (prior * _PRIOR_WEIGHT + w * acc[b]) / total
-
-    def skipped(self, drafter: str, match_len: int) -> None:
-        """The selector had this bucket's match and did not draft from it."""
-        self._rows(drafter)[2][bucket(match_len)] += 1
-
-    def fade(self, factor: float) -> None:
-        """Scale the evidence by factor (a new text: what was learned elsewhere counts less),
-        but that of reply starts (REPLY_START)."""
-        for key in self._acc:
-            if key.endswith(REPLY_START):
-                continue
-            for rows in (self._acc[key], self._rej[key]):
-                for b, v in enumerate(rows):
-                    rows[b] = v * factor
-
-    def update(self, drafter: str, match_len: int, draft_len: int, accepted: int) -> None:
-        acc, rej, skips = self._rows(drafter)
-        b = bucket(match_len)
-        if skips[b]:
-            w = _SKIP_DECAY ** skips[b]
-            acc[b] *= w
-            rej[b] *= w
-            skips[b] = 0
-        acc[b] += accepted
-        if accepted < draft_len:
-            rej[b] += 1.0
-
-
-def expected_sequence(rate: float, n: int) -> float:
-    """Expected accepted tokens of an n-token sequence draft: sum(rate^i, i = 1..n)."""
-    total, p = 0.0, 1.0
-    for _ in range(n):
-        p *= rate
-        total += p
-    return total
-
-
-def best_sequence_length(rate: float, cap: int, curve: CostCurve) -> tuple[int, float]:
-    """Draft length n <= cap maximising (1 + expected accepted) / cost(n + 1), and that value
-    (1.0 means a plain step is as good; n = 0 means draft nothing)."""
-    best_n, best_v = 0, 1.0
-    expected = 0.0
-    p = 1.0
-    for n in range(1, cap + 1):
-        p *= rate
-        expected += p
-        v = (1.0 + expected) / curve.rel(n + 1)
-        if v > best_v:
-            best_n, best_v = n, v
-        if p < 1e-3:
-            break
-    return best_n, best_v
+# The largest draft: a forward's rows less the pending token's.
+MAX_DRAFT = DRAFT_ROWS - 1
+# Where verifying more than this many nodes costs more than FLAT_COST one-row forwards (a CPU),
+# drafts stop here: the longest run a sequence draft is accepted for rarely fills more.
+STEEP_MAX_DRAFT = 32
 
 
 @dataclass
 class Decision:
-    drafter: str  # "dyn" | "static" | "tr" | "plain"; a merged tree: "dyn+tr" | "static+tr"
+    drafter: DraftSource
     match_len: int
     size: int  # nodes asked for
     # The acceptance-model key of the SAM part: the drafter, or "<drafter>@start" for the
@@ -137,6 +35,7 @@ class Decision:
     # that would otherwise drag down the short-match buckets).
     key: str = ""
     sam_size: int = 0  # nodes of a merged tree that came from the SAM draft
+    sam: DrafterName | None = None  # the drafter of those nodes (set where sam_size is)
 
 
 PLAIN = Decision("plain", 0, 0)
@@ -180,7 +79,8 @@ class Selector:
         if self.config.max_draft:
             return self.config.max_draft
         curve = self.curve
-        return min(curve.max_inputs - 1, 32 if curve.rel(33) > FLAT_COST else 63)
+        steep = curve.rel(STEEP_MAX_DRAFT + 1) > FLAT_COST
+        return min(curve.max_inputs - 1, STEEP_MAX_DRAFT if steep else MAX_DRAFT)
 
     def choose(self, budget: int) -> tuple[DraftTree | None, Decision]:
         """One draft of at most `budget` nodes (or None for a plain step)."""
@@ -253,7 +153,7 @@ class Selector:
             tree = tree.first_path()
         if tree is None or not tree.tokens:
             return None
-        return tree, Decision(sam.name, ml, len(tree), key, len(tree))
+        return tree, Decision(sam.name, ml, len(tree), key, len(tree), sam.name)
 
     def _propose_merged(
         self, sam: Drafter, aux: Drafter, sam_n: int, aux_n: int, ml: int, key: str
@@ -263,9 +163,9 @@ class Selector:
             return None
         second = aux.propose(aux_n)
         if second is None or not second.tokens:
-            return first, Decision(sam.name, ml, len(first), key, len(first))
+            return first, Decision(sam.name, ml, len(first), key, len(first), sam.name)
         tree = DraftTree.merge(first, second)
-        return tree, Decision(tree.source, ml, len(tree), key, len(first))
+        return tree, Decision(tree.source, ml, len(tree), key, len(first), sam.name)
 
     def _merged_size(
         self, aux: Drafter, sam_n: int, sam_e: float, budget: int
@@ -327,42 +227,10 @@ class Selector:
         """After a step: the drafters of the accepted draft tokens, in path order."""
         if decision.sam_size > 0:
             # The SAM part is a sequence: its tokens accepted are the leading run of its nodes.
-            sam = decision.drafter.split("+")[0]
+            sam = decision.sam
             run = 0
             while run < len(accepted) and accepted[run] == sam:
                 run += 1
             self.acceptance.update(decision.key, decision.match_len, decision.sam_size, run)
         elif self.aux is not None and decision.drafter == self.aux.name:
             self.aux.feedback(len(accepted))
-
-
-# A plain step is forced when none ran for this many steps (replies included), so the one-token
-# time (the cost curve's unit and speedup_est's baseline) follows the machine's current load.
-CALIBRATE_EVERY = 64
-# A drafter that rests (no draft of it can pay on this curve) still reads one forward in this
-# many, so its acceptance rates follow the text and it wakes up where they make it pay.
-REST_SAMPLE = 16
-
-
-def calibration_due(curve: CostCurve, since_plain: int) -> bool:
-    """A plain step is due: none ran for CALIBRATE_EVERY steps, and the curve is one decoding
-    refines (a fixed curve needs no fresh one-token time)."""
-    return not curve.fixed and since_plain >= CALIBRATE_EVERY
-
-
-# Token Recycling also learns from the last new prompt rows of each turn (as SAM-D does from all
-# of them): their logits cost one output projection per row at prefill.
-PROMPT_ROWS = 64
-# Where verifying 64 rows costs at most FLAT_COST one-row forwards (a GPU, a flat curve), the
-# projection is cheap too: learn from every new row of the last prefill chunk, up to
-# PROMPT_LOGITS logits in all (memory). On a flat curve this raised the acceptance of
-# summaries and document answers and lowered no category.
-PROMPT_LOGITS = 1 << 27
-
-
-def prompt_rows(rel_cost_64: float, vocab_size: int) -> int:
-    """How many new prompt rows Token Recycling learns from, given 64 rows' cost relative to
-    one."""
-    if rel_cost_64 <= FLAT_COST:
-        return max(PROMPT_ROWS, PROMPT_LOGITS // max(vocab_size, 1))
-    return PROMPT_ROWS
