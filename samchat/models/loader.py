@@ -151,7 +151,9 @@ def _refuse_before_torch(spec: ModelSpec) -> None:
         _refuse_missing_path(source)
         if _offline() and not Path(source).expanduser().exists():
             _offline_snapshot(source)
-    _packed_needs_cpu(spec)
+    from samchat.models.cpu_formats import packed_needs_cpu
+
+    packed_needs_cpu(spec)
     if spec.device in ("cpu", "mps"):
         _cuda_graphs_need_cuda(spec, spec.device)
         _quantization_config(spec, spec.device)  # refuses before it imports anything
@@ -609,7 +611,9 @@ def load_model(
     if kind.native_gguf:
         return _load_native_gguf(kind, spec, say, recent)
     if spec.dtype in WEIGHT_FORMATS:
-        return _load_packed(spec, say, recent)
+        from samchat.models.cpu_formats import load_packed
+
+        return load_packed(spec, say, recent)
     _quiet_transformers()
     device = resolve_device(spec.device)
     _cuda_graphs_need_cuda(spec, device.type)
@@ -688,52 +692,4 @@ def _load_native_gguf(
         source=spec.source or str(path),
         dtype=weights.file_type,
         engine=kind.name,
-    )
-
-
-def _packed_needs_cpu(spec: ModelSpec) -> None:
-    """int4 / int8 are the CPU's weight-only formats: refuse what they cannot take."""
-    if spec.dtype not in WEIGHT_FORMATS:
-        return
-    if spec.device not in ("auto", "cpu"):
-        raise ModelLoadError(
-            f"--dtype {spec.dtype} runs on the CPU; drop --device {spec.device} "
-            "or use --dtype bfloat16 there"
-        )
-    if spec.quantize or spec.cuda_graphs:
-        raise ModelLoadError(
-            f"--dtype {spec.dtype} is a quantized format already; drop --quantize and --cuda-graphs"
-        )
-
-
-def _load_packed(spec: ModelSpec, say: Progress, recent: Path | None) -> LoadedModel:
-    """A LLaMA-family model in the torch engine's weight-only int4/int8 format on the CPU:
-    a GGUF file (the bundled default too) or a local Hugging Face directory, packed once for
-    this CPU and kept in the model cache."""
-    import torch
-
-    from samchat.engines.torch.packed import load_lean
-
-    where = _resolve_source(spec, say, native_gguf=True)
-    if not where.local:
-        raise ModelLoadError(
-            f"--dtype {spec.dtype} packs a local model; download {spec.source} first "
-            "(or pass a .gguf file or model directory)"
-        )
-    tokenizer = _chat_tokenizer(where, spec, say)
-    path = _gguf_path(where) or Path(where.path)
-    say(f"loading weights of {where.name} ({spec.dtype} on cpu)")
-    model = load_lean(path, where.name, spec.dtype, model_cache_dir(), say)
-    if where.gguf_file:
-        _remember(spec, recent)
-    say("model ready")
-    return LoadedModel(
-        model=model,
-        tokenizer=tokenizer,
-        device=torch.device("cpu"),
-        name=where.name,
-        fingerprint=tokenizer_fingerprint(tokenizer),
-        eos_ids=_eos_ids(None, tokenizer),
-        source=spec.source or str(path),
-        dtype=spec.dtype,
     )

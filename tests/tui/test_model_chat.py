@@ -424,7 +424,7 @@ async def test_esc_stops_timing_the_machine_and_the_waiting_prompt_goes_at_once(
         assert app.chat.chat_id is not None
         first, second = replies(store, app.chat.chat_id)
         assert first.content.strip() and second.content.strip()
-        assert second.mat == 1.0  # answered at once, plainly
+        assert second.stats is not None and second.stats.reply.mat == 1.0  # at once, plainly
         assert len(stopped) == 1  # the first timing stopped; the second one runs now
         await wait_for(pilot, lambda: len(started) == 2)
     assert len(stopped) == 2  # closing the app stopped it too
