@@ -95,7 +95,8 @@ async def _chat(tmp_path: Path, server: Server) -> None:
         assert chat is not None
         with Store.open(tmp_path / "samchat.db") as store:
             (stopped,) = [m for m in store.messages(chat) if m.role == "assistant"]
-            assert stopped.finish_reason == "cancelled" and 3 <= (stopped.tokens or 0) < 400
+            assert stopped.finish_reason == "cancelled" and stopped.stats is not None
+            assert 3 <= stopped.stats.reply.tokens < 400
             assert stopped.stats is not None and stopped.stats.reply.method == "remote"
             assert app.chat.chat_view.views()[-1].content == stopped.content
 

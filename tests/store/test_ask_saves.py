@@ -131,7 +131,7 @@ def test_ask_continue_and_json(
         ]  # fmt: skip
         reply = thread[-1]
         assert reply.content == cont["text"] and reply.finish_reason == cont["finish_reason"]
-        assert reply.stats == cont["stats"]
+        assert reply.stats is not None and reply.stats.to_dict() == cont["stats"]
     # The provenance summary: the reply's characters by drafter.
     assert sum(cont["provenance"].values()) == len(cont["text"])
     assert cont["provenance"] == {
