@@ -162,24 +162,34 @@ def interrupt_process(
     if proc.poll() is not None:
         trial.before = True
     else:
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-            trial.stop_s = time.monotonic() - t0
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        sigint_and_time(proc, trial)
     out = proc.stdout.read() if proc.stdout is not None else ""
     reader.join(5)
-    trial.rc = proc.returncode
     text = "".join(err)
-    trial.forced = "stopped without waiting" in text
-    if "Traceback" in text:
-        trial.problems.append("a traceback: " + text.split("Traceback")[1][-300:])
+    judge(proc, text, trial)
+    return out, text
+
+
+def sigint_and_time(proc: subprocess.Popen[str], trial: Trial) -> None:
+    """Ctrl-C `proc` and time how long it takes to end (30 s at most, then it is killed)."""
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+        trial.stop_s = time.monotonic() - t0
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def judge(proc: subprocess.Popen[str], stderr: str, trial: Trial) -> None:
+    """What the ended process said: the watchdog's exit, a traceback, a bad exit status."""
+    trial.rc = proc.returncode
+    trial.forced = "stopped without waiting" in stderr
+    if "Traceback" in stderr:
+        trial.problems.append("a traceback: " + stderr.split("Traceback")[1][-300:])
     if not trial.before and trial.rc not in (130, 0):
         trial.problems.append(f"exit status {trial.rc}")
-    return out, text
 
 
 def ask_trial(home: Path, rng: random.Random, n: int) -> Trial:
@@ -303,22 +313,9 @@ def serve_trial(home: Path, rng: random.Random, n: int) -> Trial:
         clients.append(threading.Thread(target=client, args=(k,), daemon=True))
         clients[-1].start()
     time.sleep(trial.delay_s)
-    t0 = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=30)
-        trial.stop_s = time.monotonic() - t0
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    sigint_and_time(proc, trial)
     drain.join(5)
-    trial.rc = proc.returncode
-    text = "".join(tail)
-    trial.forced = "stopped without waiting" in text
-    if "Traceback" in text:
-        trial.problems.append("a traceback: " + text.split("Traceback")[1][-300:])
-    if trial.rc not in (0, 130):
-        trial.problems.append(f"exit status {trial.rc}")
+    judge(proc, "".join(tail), trial)
     for c in clients:
         c.join(10)
     check_store(data, before, trial)
