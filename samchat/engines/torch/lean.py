@@ -12,13 +12,19 @@ and a verification row at the same position pose the very same two problems."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from samchat.engines.torch.quant import Embedding, Linear
 from samchat.engines.torch.shape import LlamaShape
+
+if TYPE_CHECKING:
+    from samchat.engines.torch.native.forward import NativeModel
 
 TAIL = 64  # keys of a row's tail problem; also the most rows a tree may have
 _FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
@@ -73,6 +79,22 @@ class LeanModel:
         self.cos = angles.cos()
         half = shape.head_dim // 2
         self.sin = torch.cat([-angles[:, :half].sin(), angles[:, half:].sin()], dim=-1)
+        self.native: NativeModel | None = None  # the compiled forward, once go_native ran
+
+    def go_native(self, cache_dir: Path | None, say: Callable[[str], None]) -> str | None:
+        """Hands the tensors to the compiled forward (built first where needed); None when
+        it runs from now on, else why it cannot."""
+        from samchat.engines.torch.native import build
+        from samchat.engines.torch.native.forward import NativeModel
+
+        why = build.load(cache_dir, say)
+        if why is not None:
+            return why
+        try:
+            self.native = NativeModel(self.fmt, self.shape, self.tensors, self.cos, self.sin)
+        except ValueError as exc:
+            return str(exc)
+        return None
 
     @property
     def parameters_count(self) -> int:

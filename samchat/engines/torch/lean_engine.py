@@ -14,6 +14,7 @@ import torch
 from samchat.engines.base import Logits
 from samchat.engines.cost import CURVES, CostCurve, measure_engine
 from samchat.engines.torch.lean import TAIL, LeanCache, LeanModel, run
+from samchat.engines.torch.native import forward as native_forward
 
 if TYPE_CHECKING:
     from samchat.engines.layout import TreeLayout
@@ -35,14 +36,18 @@ class LeanEngine:
     tree_reason: str | None = None
     inexact_reason: str | None = None
 
-    def __init__(self, lm: Any, cache_dir: Path | None = None) -> None:
+    def __init__(self, lm: Any, cache_dir: Path | None = None, native: bool = True) -> None:
         self.lm = lm
         self.model: LeanModel = lm.model
+        # The compiled forward where it loaded; native=False runs the Python one (tests).
+        self._native = self.model.native if native else None
         self.cache_dir = cache_dir  # where measured costs are kept (None: this process only)
         self._cache = LeanCache(self.model.shape)
         self._length = 0
-        # After a tree forward: where it started (its inputs wait in the scratch rows).
+        # After a tree forward: where it started. The native forward writes a tree's inputs
+        # in place; the Python one keeps them in the scratch rows.
         self._tree_at: int | None = None
+        self._in_place = self._native is not None
 
     @property
     def length(self) -> int:
@@ -56,8 +61,8 @@ class LeanEngine:
         if length >= self._length:
             return
         at = self._tree_at
-        if at is not None and length > at:  # keep the tree's first inputs, as a sequence
-            self._move(at, list(range(length - at)))
+        if at is not None and length > at and not self._in_place:
+            self._move(at, list(range(length - at)))  # the tree's first inputs, as a sequence
         self._tree_at = None
         self._length = self._cache.length = length
 
@@ -67,9 +72,15 @@ class LeanEngine:
     def _run(self, ids: list[int], parents: list[int] | None, logits: int) -> torch.Tensor | None:
         if self._tree_at is not None:  # an uncommitted tree: gone
             self.crop(self._tree_at)
-        self._cache.length = self._length
+        cache = self._cache
+        cache.length = self._length
+        native = self._native
         with torch.inference_mode():
-            out = run(self.model, self._cache, ids, parents, logits)
+            if native is not None:
+                cache.reserve(cache.length + len(ids))
+                out = native_forward.run(native, cache.buf, cache.length, ids, parents, logits)
+            else:
+                out = run(self.model, cache, ids, parents, logits)
         self._length += len(ids)
         self._tree_at = self._cache.length if parents is not None else None
         return out
@@ -95,14 +106,15 @@ class LeanEngine:
     def _move(self, start: int, keep: list[int]) -> None:
         """Rows keep[i] of the last forward (scratch rows for a tree) to start + i."""
         cache = self._cache
-        base = cache.scratch if self._tree_at is not None else start
+        base = cache.scratch if self._tree_at is not None and not self._in_place else start
         src = torch.tensor(keep, dtype=torch.long) + base
         with torch.inference_mode():
             rows = cache.buf.index_select(2, src)
             cache.buf[:, :, start : start + len(keep)] = rows
 
     def commit(self, start: int, keep: list[int]) -> None:
-        if self._tree_at is not None or keep != list(range(len(keep))):
+        moved = keep != list(range(len(keep)))
+        if moved or (self._tree_at is not None and not self._in_place):
             self._move(start, keep)
         self._tree_at = None
         self._length = self._cache.length = start + len(keep)
@@ -121,6 +133,7 @@ class LeanEngine:
             "shape": f"lean LLaMA, {self.model.parameters_count} parameters",
             "device": "cpu",
             "dtype": self.model.fmt,
+            "forward": "native" if self._in_place else "python",
             "cpu": cpu_name(),
             "capability": str(torch.backends.cpu.get_cpu_capability()),
             "threads": str(torch.get_num_threads()),
@@ -141,14 +154,15 @@ class LeanEngine:
     def cost_curve(self, cancelled: Callable[[], bool] | None = None) -> CostCurve:
         def measure() -> CostCurve:
             # On an engine of its own: this one's cache holds the conversation.
-            other = LeanEngine(self.lm)
+            other = LeanEngine(self.lm, native=self._in_place)
             return measure_engine(other, self.model.shape.vocab, cancelled=cancelled)
 
         return CURVES.get(self._digest(), self._curve_file(), measure, self._about())
 
     def describe(self) -> str:
         cap = torch.backends.cpu.get_cpu_capability()
+        kind = "native" if self._in_place else "Python"
         return (
-            f"torch {torch.__version__} ({self.model.fmt} weight-only on cpu, {cap}; lean LLaMA "
-            f"forward, rows exact; weights {self.model.about})"
+            f"torch {torch.__version__} ({self.model.fmt} weight-only on cpu, {cap}; {kind} lean "
+            f"LLaMA forward, rows exact; weights {self.model.about})"
         )

@@ -187,8 +187,17 @@ def load_lean(
     source: Path, name: str, fmt: str, cache_dir: Path | None, say: Say | None = None
 ) -> LeanModel:
     """The model at `source` (a GGUF file or a Hugging Face directory) in `fmt`: mapped from
-    the kept packed file in cache_dir, or packed now (and kept, when there is a cache_dir)."""
+    the kept packed file in cache_dir, or packed now (and kept, when there is a cache_dir),
+    on the native forward where it builds."""
     notice = say or (lambda _: None)
+    model = _packed(source, name, fmt, cache_dir, notice)
+    why = model.go_native(cache_dir, notice)
+    if why is not None:
+        notice(f"the native forward is not available ({why}); using the Python forward")
+    return model
+
+
+def _packed(source: Path, name: str, fmt: str, cache_dir: Path | None, notice: Say) -> LeanModel:
     identity = file_identity(source)
     key = _key(identity, fmt)
     path = kept_path(cache_dir, name, identity, fmt) if cache_dir is not None else None

@@ -111,9 +111,9 @@ def _prompt(lm: Any, text: str) -> list[int]:
     return list(session.render([{"role": "user", "content": text}]))
 
 
-def _plain_rows(lm: Any, context: list[int], path: list[int]) -> list[Logits]:
+def _plain_rows(lm: Any, context: list[int], path: list[int], native: bool) -> list[Logits]:
     """Logits of one-token steps along path after context, each step committed."""
-    engine = LeanEngine(lm)
+    engine = LeanEngine(lm, native=native)
     engine.prefill(context)
     out = []
     for t in path:
@@ -123,15 +123,26 @@ def _plain_rows(lm: Any, context: list[int], path: list[int]) -> list[Logits]:
     return out
 
 
-def test_rows_equal_one_token_steps_at_every_row_count(int4_lm: Any) -> None:
+FORWARDS = pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+
+
+def test_the_native_forward_runs_where_a_compiler_is(int4_lm: Any) -> None:
+    """This machine has a C++ compiler (CI builds with it): the compiled forward is in use."""
+    assert int4_lm.model.native is not None
+    assert "native lean" in LeanEngine(int4_lm).describe()
+    assert "Python lean" in LeanEngine(int4_lm, native=False).describe()
+
+
+@FORWARDS
+def test_rows_equal_one_token_steps_at_every_row_count(int4_lm: Any, native: bool) -> None:
     """A sequence of k inputs, k = 1 .. the most a draft has, from starts that cross the
     64-position boundary where attention splits: each row equals its one-token step."""
     prompt = _prompt(int4_lm, "Describe the river Lune briefly.")
     context = prompt[:-1]
     rng = random.Random(3)
     path = [prompt[-1]] + [rng.randrange(49152) for _ in range(TAIL + 16)]
-    ref = _plain_rows(int4_lm, context, path)
-    engine = LeanEngine(int4_lm)
+    ref = _plain_rows(int4_lm, context, path, native)
+    engine = LeanEngine(int4_lm, native=native)
     engine.prefill(context)
     base = engine.length
     for k in range(1, TAIL + 1):
@@ -157,25 +168,26 @@ def _random_tree(rng: random.Random, likely: list[int], size: int) -> tuple[list
     return tokens, parents
 
 
-def test_tree_verification_is_exact_on_random_trees(int4_lm: Any) -> None:
+@FORWARDS
+def test_tree_verification_is_exact_on_random_trees(int4_lm: Any, native: bool) -> None:
     """Step after step of random trees (up to the most rows a draft has) after contexts on
     either side of a 64-position boundary: each node's row equals one-token decoding along its
     path, and committing a path leaves the cache as plain decoding would."""
     rng = random.Random(7)
     for question in ("Describe the river Lune briefly.", "\n\n".join(LONG_CONTEXT[:1]) + "?"):
         prompt = _prompt(int4_lm, question)
-        engine = LeanEngine(int4_lm)
+        engine = LeanEngine(int4_lm, native=native)
         engine.prefill(prompt[:-1])
         context = prompt[:-1]
         pending = prompt[-1]
-        likely = [pending, *_plain_rows_tokens(int4_lm, context, pending, 24)]
+        likely = [pending, *_plain_rows_tokens(int4_lm, context, pending, 24, native)]
         for size in (1, 5, 20, TAIL - 1, 12):
             tokens, parents = _random_tree(rng, likely, size)
             layout = TreeLayout(tokens, parents)
             start = engine.length
             inputs = [pending, *tokens]
             rows = engine.forward(inputs, layout)
-            ref = _tree_rows(int4_lm, context, inputs, layout)
+            ref = _tree_rows(int4_lm, context, inputs, layout, native)
             for node in range(layout.n):
                 assert np.array_equal(rows[node], ref[node]), (size, node)
             node = rng.randrange(layout.n)
@@ -187,14 +199,16 @@ def test_tree_verification_is_exact_on_random_trees(int4_lm: Any) -> None:
             engine.commit(start, keep)
             context = context + [inputs[j] for j in keep]
             pending = int(np.argmax(rows[keep[-1]]))
-            likely = [pending, *_plain_rows_tokens(int4_lm, context, pending, 24)]
+            likely = [pending, *_plain_rows_tokens(int4_lm, context, pending, 24, native)]
             assert engine.length == len(context)
 
 
-def _tree_rows(lm: Any, context: list[int], inputs: list[int], layout: TreeLayout) -> list[Logits]:
+def _tree_rows(
+    lm: Any, context: list[int], inputs: list[int], layout: TreeLayout, native: bool
+) -> list[Logits]:
     """Each tree node's row by one-token decoding along its path (depth first, one step per
     node: the reference engine holds the context and the node's ancestors)."""
-    engine = LeanEngine(lm)
+    engine = LeanEngine(lm, native=native)
     engine.prefill(context)
     kids: list[list[int]] = [[] for _ in range(layout.n)]
     for node in range(1, layout.n):
@@ -213,9 +227,11 @@ def _tree_rows(lm: Any, context: list[int], inputs: list[int], layout: TreeLayou
     return rows
 
 
-def _plain_rows_tokens(lm: Any, context: list[int], pending: int, n: int) -> list[int]:
+def _plain_rows_tokens(
+    lm: Any, context: list[int], pending: int, n: int, native: bool
+) -> list[int]:
     """Greedy continuation after context + pending (tokens a draft would likely hold)."""
-    engine = LeanEngine(lm)
+    engine = LeanEngine(lm, native=native)
     engine.prefill(context)
     out: list[int] = []
     tok = pending

@@ -1,0 +1,143 @@
+"""The lean forward's native core (lean.cpp): compiled for this CPU and this torch once, kept
+beside the packed weights, and loaded as torch ops (torch.ops.samchat_lean).
+
+Without a C++ compiler the engine runs the Python lean forward instead (slower, and exact
+too). `python -m samchat.engines.torch.native.build DIR` builds it ahead of time, as `make setup`
+does."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("lean.cpp")
+# No contraction into fused multiply-adds: a vector loop and its remainder then compute alike.
+FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
+_lock = threading.Lock()
+_loaded: Path | None = None
+
+
+def _compiler() -> str:
+    return os.environ.get("CXX", "c++")
+
+
+def _cpu_flags() -> str:
+    """This CPU's model and instruction sets (-march=native compiles for exactly these)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor()
+    keep = [line for line in text.splitlines() if line.startswith(("model name", "flags"))]
+    return "\n".join(sorted(set(keep)))
+
+
+def library_path(cache_dir: Path) -> Path:
+    """Where the build for this source, torch, compiler and CPU lives."""
+    key = "|".join(
+        [
+            hashlib.sha256(SOURCE.read_bytes()).hexdigest(),
+            torch.__version__,
+            _compiler(),
+            " ".join(FLAGS),
+            _cpu_flags(),
+        ]
+    )
+    return cache_dir / "native" / f"lean-{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
+
+
+def _command(out: Path) -> list[str]:
+    root = Path(torch.__file__).parent
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    return [
+        _compiler(),
+        *FLAGS,
+        "-std=c++20",
+        "-w",
+        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+        f"-I{root / 'include'}",
+        str(SOURCE),
+        "-o",
+        str(out),
+        f"-L{root / 'lib'}",
+        "-lc10",
+        "-ltorch_cpu",
+        f"-Wl,-rpath,{root / 'lib'}",
+    ]
+
+
+def build(cache_dir: Path) -> Path:
+    """The compiled core for this machine, compiled now if it is not kept yet (about ten
+    seconds). RuntimeError, with the compiler's last words, when it cannot be built."""
+    path = library_path(cache_dir)
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".so.tmp")
+    os.close(fd)
+    try:
+        try:
+            done = subprocess.run(
+                _command(Path(tmp)), capture_output=True, text=True, timeout=600, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise RuntimeError(f"{_compiler()} could not run: {exc}") from exc
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"{_compiler()} failed: {last}")
+        os.replace(tmp, path)  # atomic: a concurrent build of the same key writes the same
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+def load(cache_dir: Path | None, say: Callable[[str], None] | None = None) -> str | None:
+    """Loads the compiled core (building it first where needed). None when the ops are
+    ready, else why they are not (the caller falls back to the Python forward)."""
+    global _loaded
+    if os.environ.get("SAMCHAT_NATIVE_FORWARD", "1") == "0":
+        return "SAMCHAT_NATIVE_FORWARD=0"
+    if cache_dir is None:
+        return "no cache directory to keep the compiled forward in"
+    with _lock:
+        if _loaded is not None:
+            return None
+        path = library_path(cache_dir)
+        if not path.is_file() and say is not None:
+            say("compiling the int4 forward for this CPU (once, about ten seconds)")
+        try:
+            path = build(cache_dir)
+            torch.ops.load_library(str(path))  # type: ignore[no-untyped-call]
+        except (RuntimeError, OSError) as exc:
+            return str(exc)
+        _loaded = path
+    return None
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m samchat.engines.torch.native.build CACHE_DIR", file=sys.stderr)
+        return 2
+    try:
+        path = build(Path(argv[0]))
+    except RuntimeError as exc:
+        print(
+            f"warning: the native int4 forward was not built ({exc}); samchat will use "
+            "the slower Python forward",
+            file=sys.stderr,
+        )
+        return 0
+    print(f"native int4 forward: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,83 @@
+"""Calling the native lean forward: the model's tensors handed over once, then one call per
+forward. A tree's rows are written in place (cache rows length + i), and each row attends to
+the cache and then its own ancestors, in order."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from samchat.engines.torch.shape import LlamaShape
+
+_NONE = torch.empty(0, dtype=torch.long)
+_LINEARS = ("qkv", "o", "gu", "down")
+
+
+class NativeModel:
+    """The packed model's tensors as the native core holds them."""
+
+    def __init__(
+        self,
+        fmt: str,
+        shape: LlamaShape,
+        t: dict[str, torch.Tensor],
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+    ) -> None:
+        if shape.head_dim % 16 or shape.head_dim > 512 or shape.heads % shape.kv_heads:
+            raise ValueError(
+                f"the native forward takes head sizes that are multiples of 16, "
+                f"not {shape.head_dim}"
+            )
+        tensors: list[torch.Tensor] = []
+        for i in range(shape.layers):
+            tensors += [t[f"{i}.attn_norm"], t[f"{i}.ffn_norm"]]
+            for name in _LINEARS:
+                tensors += [t[f"{i}.{name}.w"], t[f"{i}.{name}.s"]]
+        empty = torch.empty(0)
+        tensors += [
+            t["norm"],
+            t["out.w"],
+            t["out.s"],
+            t.get("embed.q", torch.empty(0, dtype=torch.int8)),
+            t.get("embed.d", empty),
+            t.get("embed.f", empty),
+            cos.contiguous(),
+            sin.contiguous(),
+        ]
+        dims = [shape.layers, shape.hidden, shape.ffn, shape.heads, shape.kv_heads, shape.head_dim]
+        self.handle = int(torch.ops.samchat_lean.load(tensors, dims, shape.eps, fmt == "int4"))
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # the ops may be gone at interpreter exit
+            torch.ops.samchat_lean.free(self.handle)
+
+
+def ancestry(parents: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's ancestors (itself last), flattened, and where each row's list starts."""
+    chains: list[list[int]] = []
+    for i, p in enumerate(parents):
+        chains.append([*chains[p], i] if p >= 0 else [i])
+    offsets = [0]
+    for chain in chains:
+        offsets.append(offsets[-1] + len(chain))
+    flat = [a for chain in chains for a in chain]
+    return torch.tensor(flat, dtype=torch.long), torch.tensor(offsets, dtype=torch.long)
+
+
+def run(
+    native: NativeModel,
+    buf: torch.Tensor,
+    length: int,
+    ids: list[int],
+    parents: list[int] | None,
+    logits_rows: int,
+) -> torch.Tensor | None:
+    """Writes ids at cache rows length + i (a sequence when parents is None, else the tree
+    they describe) and returns the float32 logits of the last `logits_rows` inputs."""
+    anc, off = (_NONE, _NONE) if parents is None else ancestry(parents)
+    out: torch.Tensor = torch.ops.samchat_lean.forward(
+        native.handle, torch.tensor(ids, dtype=torch.long), anc, off, length, buf, logits_rows
+    )
+    return out if logits_rows > 0 else None
