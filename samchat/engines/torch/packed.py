@@ -20,13 +20,13 @@ import torch
 
 from samchat.engines.torch.gguf_weights import Tensor, read_gguf
 from samchat.engines.torch.lean import LeanModel
-from samchat.engines.torch.quant import FORMATS, Embedding, pack, pack8
+from samchat.engines.torch.quant import FORMATS, Embedding, pack, pack8, tiles4, tiles8
 from samchat.engines.torch.shape import LlamaShape
 from samchat.errors import ModelLoadError
 
 Say = Callable[[str], None]
 # Bumped when the packed layout or the quantization changes: older files are packed again.
-LAYOUT = "1"
+LAYOUT = "3"
 ALIGN = 64
 
 
@@ -80,15 +80,20 @@ def convert(shape: LlamaShape, tensors: dict[str, Tensor], fmt: str) -> dict[str
                 ("gu", ("gate", "up")),
                 ("down", ("down",)),
             ):
-                w, s = pack(fmt, [tensors[f"{i}.{p}"] for p in parts])
-                out[f"{i}.{name}.w"], out[f"{i}.{name}.s"] = w, s
+                ws = [tensors[f"{i}.{p}"] for p in parts]
+                out[f"{i}.{name}.w"], out[f"{i}.{name}.s"] = pack(fmt, ws)
+                if fmt == "int4":  # the native forward's tiles of the same 4-bit numbers
+                    t, ts, tz = tiles4(ws)
+                    out[f"{i}.{name}.t4"], out[f"{i}.{name}.ts"], out[f"{i}.{name}.tz"] = t, ts, tz
             out[f"{i}.attn_norm"] = vector(tensors[f"{i}.attn_norm"])
             out[f"{i}.ffn_norm"] = vector(tensors[f"{i}.ffn_norm"])
     except KeyError as exc:
         raise ModelLoadError(f"the model has no tensor {exc}; it is not a LLaMA model") from exc
     out["norm"] = vector(tensors["norm"])
     out.update(Embedding.of(tensors["embed"]).tensors())
-    out["out.w"], out["out.s"] = pack8([tensors.get("out", tensors["embed"])])
+    projection = tensors.get("out", tensors["embed"])
+    out["out.w"], out["out.s"] = pack8([projection])
+    out["out.t8"], out["out.ts"] = tiles8(projection)  # the native forward's, GGUF Q8_0 as is
     return out
 
 

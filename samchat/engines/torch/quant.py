@@ -69,6 +69,54 @@ def pack8(parts: list[Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     return q.contiguous(), _bf16(scale)
 
 
+TILE = 16  # outputs per tile of the native forward's linears (native/tiles.h)
+
+
+def tiles4(parts: list[Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The native forward's 4-bit tiles of the rows of `parts` stacked: the same 4-bit numbers
+    as the GGUF, with float32 scales and offsets (value = q * scale + offset); the byte order
+    is native/tiles.h's."""
+    blocks = [to_blocks4(p) for p in parts]
+    q = np.concatenate([b.q for b in blocks])
+    scale = np.concatenate([b.scale for b in blocks]).astype(np.float32)
+    offset = (np.concatenate([b.zero for b in blocks]) - 8.0 * scale).astype(np.float32)
+    rows, cols = q.shape
+    if rows % TILE:
+        raise ModelLoadError(f"a {rows}x{cols} weight does not split into tiles of {TILE}")
+    # (tile, lane, group, chunk, half, i) -> bytes (tile, group, chunk, lane, i): see tiles.h.
+    g = q.reshape(rows // TILE, TILE, cols // BLOCK, 4, 2, 4)
+    t = (g[:, :, :, :, 0, :] | (g[:, :, :, :, 1, :] << 4)).astype(np.uint8)
+    t = t.transpose(0, 2, 3, 1, 4).reshape(rows // TILE, cols // 2 * TILE)
+    return (
+        torch.from_numpy(np.ascontiguousarray(t)),
+        _tiled(scale, rows, cols),
+        _tiled(offset, rows, cols),
+    )
+
+
+def tiles8(w: Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """8-bit tiles: Q8_0 blocks as they are, anything else quantized per group of 32."""
+    if isinstance(w, Blocks8):
+        q, d = w.q, w.d.astype(np.float32)
+    else:
+        f = _float(w)
+        g = f.reshape(f.shape[0], -1, BLOCK)
+        d = (np.abs(g).max(-1) / 127.0).astype(np.float32)
+        d = np.where(d > 0, d, np.float32(1.0)).astype(np.float32)
+        q = np.clip(np.round(g / d[..., None]), -127, 127).astype(np.int8).reshape(f.shape)
+    rows, cols = q.shape
+    if rows % TILE:
+        raise ModelLoadError(f"a {rows}x{cols} weight does not split into tiles of {TILE}")
+    t = q.reshape(rows // TILE, TILE, cols).transpose(0, 2, 1)
+    return torch.from_numpy(np.ascontiguousarray(t)), _tiled(d, rows, cols)
+
+
+def _tiled(v: np.ndarray[Any, Any], rows: int, cols: int) -> torch.Tensor:
+    """Per-group values (rows, cols / 32) in tile order (rows / 16, cols / 32, 16)."""
+    t = v.reshape(rows // TILE, TILE, cols // BLOCK).transpose(0, 2, 1)
+    return torch.from_numpy(np.ascontiguousarray(t, dtype=np.float32))
+
+
 def pack(fmt: str, parts: list[Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     return pack4(parts) if fmt == "int4" else pack8(parts)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("lean.cpp")
+HEADERS = (Path(__file__).with_name("tiles.h"),)
 # No contraction into fused multiply-adds: a vector loop and its remainder then compute alike.
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
 _lock = threading.Lock()
@@ -44,7 +45,7 @@ def library_path(cache_dir: Path) -> Path:
     """Where the build for this source, torch, compiler and CPU lives."""
     key = "|".join(
         [
-            hashlib.sha256(SOURCE.read_bytes()).hexdigest(),
+            *(hashlib.sha256(p.read_bytes()).hexdigest() for p in (SOURCE, *HEADERS)),
             torch.__version__,
             _compiler(),
             " ".join(FLAGS),

@@ -12,6 +12,8 @@ from samchat.engines.torch.shape import LlamaShape
 
 _NONE = torch.empty(0, dtype=torch.long)
 _LINEARS = ("qkv", "o", "gu", "down")
+# How each linear's weights are held (lean.cpp's Kind): torch's kernels, or tiles.
+TORCH_INT4, TORCH_INT8, TILES4, TILES8 = 0, 1, 2, 3
 
 
 class NativeModel:
@@ -30,24 +32,39 @@ class NativeModel:
                 f"the native forward takes head sizes that are multiples of 16, "
                 f"not {shape.head_dim}"
             )
+        empty = torch.empty(0)
         tensors: list[torch.Tensor] = []
         for i in range(shape.layers):
             tensors += [t[f"{i}.attn_norm"], t[f"{i}.ffn_norm"]]
-            for name in _LINEARS:
-                tensors += [t[f"{i}.{name}.w"], t[f"{i}.{name}.s"]]
-        empty = torch.empty(0)
+        kinds: list[int] = []
+        for prefix in [f"{i}.{name}" for i in range(shape.layers) for name in _LINEARS] + ["out"]:
+            if f"{prefix}.t4" in t:
+                kinds.append(TILES4)
+                tensors += [t[f"{prefix}.t4"], t[f"{prefix}.ts"], t[f"{prefix}.tz"]]
+            elif f"{prefix}.t8" in t:
+                kinds.append(TILES8)
+                tensors += [t[f"{prefix}.t8"], t[f"{prefix}.ts"], empty]
+            else:
+                kinds.append(TORCH_INT4 if fmt == "int4" and prefix != "out" else TORCH_INT8)
+                tensors += [t[f"{prefix}.w"], t[f"{prefix}.s"], empty]
         tensors += [
             t["norm"],
-            t["out.w"],
-            t["out.s"],
             t.get("embed.q", torch.empty(0, dtype=torch.int8)),
             t.get("embed.d", empty),
             t.get("embed.f", empty),
             cos.contiguous(),
             sin.contiguous(),
         ]
-        dims = [shape.layers, shape.hidden, shape.ffn, shape.heads, shape.kv_heads, shape.head_dim]
-        self.handle = int(torch.ops.samchat_lean.load(tensors, dims, shape.eps, fmt == "int4"))
+        dims = [
+            shape.layers,
+            shape.hidden,
+            shape.ffn,
+            shape.heads,
+            shape.kv_heads,
+            shape.head_dim,
+        ]
+        self.kinds = kinds
+        self.handle = int(torch.ops.samchat_lean.load(tensors, kinds, dims, shape.eps))
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # the ops may be gone at interpreter exit

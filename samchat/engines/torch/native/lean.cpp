@@ -11,6 +11,8 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "tiles.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -63,12 +65,20 @@ inline float lane_sum(const float* acc) {
   return s;
 }
 
+// How a linear's weights are held: torch's packed kernels, or tiles (tiles.h).
+enum Kind : int64_t { TORCH_INT4 = 0, TORCH_INT8 = 1, TILES4 = 2, TILES8 = 3 };
+
+struct Lin {
+  Kind kind;
+  at::Tensor a, b, c;  // torch: weight, scales; tiles: q, s, z (z for 4-bit tiles only)
+};
+
 struct Model {
   int64_t layers, hidden, ffn, heads, kv, hd;
   double eps;
-  bool int4;
-  std::vector<at::Tensor> t;  // per layer: attn_norm, ffn_norm, qkv w/s, o w/s, gu w/s, down w/s
-  at::Tensor norm, out_w, out_s, embed_q, embed_d, embed_f, cos, sin;
+  std::vector<at::Tensor> norms;  // per layer: attn_norm, ffn_norm
+  std::vector<Lin> lins;          // per layer: qkv, o, gate/up, down; then the output
+  at::Tensor norm, embed_q, embed_d, embed_f, cos, sin;
 };
 
 std::mutex registry_lock;
@@ -81,14 +91,22 @@ std::shared_ptr<Model> model_at(int64_t handle) {
   return registry[handle];
 }
 
-at::Tensor linear(const Model& m, const at::Tensor& x, const at::Tensor& w, const at::Tensor& s,
-                  bool int4) {
-  if (int4) return at::_weight_int4pack_mm_for_cpu(x, w, 32, s);
-  return at::_weight_int8pack_mm(x, w, s);
+// x (n, K) float32 -> (n, O) float32. torch's kernels take bfloat16 rows and give them back.
+at::Tensor linear(const Lin& l, const at::Tensor& x) {
+  switch (l.kind) {
+    case TORCH_INT4:
+      return at::_weight_int4pack_mm_for_cpu(x.to(at::kBFloat16), l.a, 32, l.b).to(at::kFloat);
+    case TORCH_INT8:
+      return at::_weight_int8pack_mm(x.to(at::kBFloat16), l.a, l.b).to(at::kFloat);
+    case TILES4:
+      return tiles::linear(x, l.a, l.b, l.c);
+    default:
+      return tiles::linear(x, l.a, l.b, at::Tensor());
+  }
 }
 
-// x (n, hidden) float32 -> (n, hidden) bfloat16, normalized and scaled by w.
-void rms_norm(const Model& m, const float* x, const float* w, uint16_t* out, int64_t n) {
+// x (n, hidden) float32 -> (n, hidden) float32, normalized and scaled by w.
+void rms_norm(const Model& m, const float* x, const float* w, float* out, int64_t n) {
   const int64_t d = m.hidden;
   at::parallel_for(0, n, 16, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
@@ -100,21 +118,22 @@ void rms_norm(const Model& m, const float* x, const float* w, uint16_t* out, int
       for (; j < d; ++j) acc[0] += row[j] * row[j];
       const float mean = lane_sum(acc) / static_cast<float>(d);
       const float inv = 1.0f / std::sqrt(mean + static_cast<float>(m.eps));
-      uint16_t* o = out + i * d;
-      for (j = 0; j < d; ++j) o[j] = f2bf(row[j] * inv * w[j]);
+      float* o = out + i * d;
+      for (j = 0; j < d; ++j) o[j] = row[j] * inv * w[j];
     }
   });
 }
 
-// x += y (bfloat16), row by row.
+// x += y, element by element.
 void add_rows(float* x, const at::Tensor& y, int64_t count) {
-  const uint16_t* p = reinterpret_cast<const uint16_t*>(y.data_ptr<at::BFloat16>());
-  for (int64_t j = 0; j < count; ++j) x[j] += bf2f(p[j]);
+  const float* p = y.data_ptr<float>();
+  for (int64_t j = 0; j < count; ++j) x[j] += p[j];
 }
 
 }  // namespace
 
-int64_t lean_load(std::vector<at::Tensor> t, std::vector<int64_t> dims, double eps, bool int4) {
+int64_t lean_load(std::vector<at::Tensor> t, std::vector<int64_t> kinds,
+                  std::vector<int64_t> dims, double eps) {
   TORCH_CHECK(dims.size() == 6, "dims: layers, hidden, ffn, heads, kv heads, head dim");
   auto m = std::make_shared<Model>();
   m->layers = dims[0];
@@ -124,19 +143,25 @@ int64_t lean_load(std::vector<at::Tensor> t, std::vector<int64_t> dims, double e
   m->kv = dims[4];
   m->hd = dims[5];
   m->eps = eps;
-  m->int4 = int4;
-  const int64_t per = 10, tail = 8;
-  TORCH_CHECK(static_cast<int64_t>(t.size()) == m->layers * per + tail, "wrong tensor count");
-  m->t.assign(t.begin(), t.begin() + m->layers * per);
-  auto at_ = t.begin() + m->layers * per;
-  m->norm = at_[0];
-  m->out_w = at_[1];
-  m->out_s = at_[2];
-  m->embed_q = at_[3];
-  m->embed_d = at_[4];
-  m->embed_f = at_[5];
-  m->cos = at_[6];
-  m->sin = at_[7];
+  const int64_t lins = m->layers * 4 + 1;
+  TORCH_CHECK(static_cast<int64_t>(kinds.size()) == lins, "one kind per linear");
+  TORCH_CHECK(static_cast<int64_t>(t.size()) == m->layers * 2 + lins * 3 + 6, "tensor count");
+  auto it = t.begin();
+  for (int64_t i = 0; i < m->layers; ++i) {
+    m->norms.push_back(*it++);
+    m->norms.push_back(*it++);
+  }
+  for (int64_t i = 0; i < lins; ++i) {
+    Lin l{static_cast<Kind>(kinds[i]), it[0], it[1], it[2]};
+    it += 3;
+    m->lins.push_back(l);
+  }
+  m->norm = *it++;
+  m->embed_q = *it++;
+  m->embed_d = *it++;
+  m->embed_f = *it++;
+  m->cos = *it++;
+  m->sin = *it++;
   std::lock_guard<std::mutex> guard(registry_lock);
   registry.push_back(m);
   return static_cast<int64_t>(registry.size()) - 1;
@@ -182,14 +207,14 @@ at::Tensor lean_forward(int64_t handle, const at::Tensor& ids, const at::Tensor&
     }
   }
 
-  at::Tensor h = at::empty({n, H}, at::kBFloat16);
-  uint16_t* hp = reinterpret_cast<uint16_t*>(h.data_ptr<at::BFloat16>());
+  at::Tensor h = at::empty({n, H}, at::kFloat);
+  float* hp = h.data_ptr<float>();
   at::Tensor qf = at::empty({n, heads, hd}, at::kFloat);
   float* qp = qf.data_ptr<float>();
-  at::Tensor att = at::empty({n, heads * hd}, at::kBFloat16);
-  uint16_t* ap = reinterpret_cast<uint16_t*>(att.data_ptr<at::BFloat16>());
-  at::Tensor act = at::empty({n, m.ffn}, at::kBFloat16);
-  uint16_t* actp = reinterpret_cast<uint16_t*>(act.data_ptr<at::BFloat16>());
+  at::Tensor att = at::empty({n, heads * hd}, at::kFloat);
+  float* ap = att.data_ptr<float>();
+  at::Tensor act = at::empty({n, m.ffn}, at::kFloat);
+  float* actp = act.data_ptr<float>();
   uint16_t* cp = reinterpret_cast<uint16_t*>(cache.data_ptr<at::BFloat16>());
   const float* cosp = m.cos.data_ptr<float>();
   const float* sinp = m.sin.data_ptr<float>();
@@ -197,22 +222,22 @@ at::Tensor lean_forward(int64_t handle, const at::Tensor& ids, const at::Tensor&
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
   for (int64_t L = 0; L < m.layers; ++L) {
-    const at::Tensor* w = &m.t[L * 10];
+    const Lin* lin = &m.lins[L * 4];
     uint16_t* kc = cp + (L * 2 + 0) * cap * kvh * hd;
     uint16_t* vc = cp + (L * 2 + 1) * cap * kvh * hd;
-    rms_norm(m, xp, w[0].data_ptr<float>(), hp, n);
-    at::Tensor qkv = linear(m, h, w[2], w[3], m.int4);
-    const uint16_t* qkvp = reinterpret_cast<const uint16_t*>(qkv.data_ptr<at::BFloat16>());
+    rms_norm(m, xp, m.norms[L * 2].data_ptr<float>(), hp, n);
+    at::Tensor qkv = linear(lin[0], h);
+    const float* qkvp = qkv.data_ptr<float>();
     // Rotary on q (kept in float32) and k (rounded into the cache); v copied as it is.
     for (int64_t i = 0; i < n; ++i) {
-      const uint16_t* row = qkvp + i * width;
+      const float* row = qkvp + i * width;
       const float* c = cosp + pos[i] * hd;
       const float* s = sinp + pos[i] * hd;
       for (int64_t g = 0; g < heads + kvh; ++g) {
-        const uint16_t* src = row + g * hd;
+        const float* src = row + g * hd;
         float r[512];
         for (int64_t j = 0; j < half; ++j) {
-          const float lo = bf2f(src[j]), hi = bf2f(src[j + half]);
+          const float lo = src[j], hi = src[j + half];
           r[j] = lo * c[j] + hi * s[j];
           r[j + half] = hi * c[j + half] + lo * s[j + half];
         }
@@ -223,29 +248,31 @@ at::Tensor lean_forward(int64_t handle, const at::Tensor& ids, const at::Tensor&
           for (int64_t j = 0; j < hd; ++j) dst[j] = f2bf(r[j]);
         }
       }
-      std::memcpy(vc + (length + i) * kvh * hd, row + (heads + kvh) * hd,
-                  kvh * hd * sizeof(uint16_t));
+      const float* v = row + (heads + kvh) * hd;
+      uint16_t* vdst = vc + (length + i) * kvh * hd;
+      for (int64_t j = 0; j < kvh * hd; ++j) vdst[j] = f2bf(v[j]);
     }
     // Attention, one (row, head) at a time over the row's own keys in order.
     at::parallel_for(0, n * heads, 1, [&](int64_t lo, int64_t hi) {
       std::vector<float> sc;
-      std::vector<float> acc(hd);
       for (int64_t task = lo; task < hi; ++task) {
         const int64_t i = task / heads, head = task % heads, g = head / group;
         const int64_t keys = pos[i] + 1;
         sc.resize(keys);
-        const float* q = qp + (i * heads + head) * hd;
         auto key_row = [&](int64_t j) -> int64_t {
           if (j < length) return j;
           return seq ? j : length + a[o[i] + (j - length)];
         };
+        const float* q = qp + (i * heads + head) * hd;
+        tiles::v16f qv[32];
+        for (int64_t c = 0; c < hd / 16; ++c) qv[c] = tiles::load16(q + c * 16);
         float best = -INFINITY;
         for (int64_t j = 0; j < keys; ++j) {
           const uint16_t* k = kc + (key_row(j) * kvh + g) * hd;
-          float part[LANES] = {0};
-          for (int64_t d = 0; d < hd; d += LANES)
-            for (int64_t l = 0; l < LANES; ++l) part[l] += q[d + l] * bf2f(k[d + l]);
-          const float v = lane_sum(part) * scale;
+          tiles::v16f dot = qv[0] * tiles::widen_bf16(k);
+          for (int64_t c = 1; c < hd / 16; ++c)
+            dot = tiles::madd(qv[c], tiles::widen_bf16(k + c * 16), dot);
+          const float v = tiles::hsum(dot) * scale;
           sc[j] = v;
           best = v > best ? v : best;
         }
@@ -254,41 +281,54 @@ at::Tensor lean_forward(int64_t handle, const at::Tensor& ids, const at::Tensor&
           sc[j] = fexp(sc[j] - best);
           total += sc[j];
         }
-        std::fill(acc.begin(), acc.end(), 0.0f);
+        tiles::v16f acc[32];
+        for (int64_t c = 0; c < hd / 16; ++c) acc[c] = tiles::v16f{};
         for (int64_t j = 0; j < keys; ++j) {
           const uint16_t* v = vc + (key_row(j) * kvh + g) * hd;
-          const float e = sc[j];
-          for (int64_t d = 0; d < hd; ++d) acc[d] += e * bf2f(v[d]);
+          const tiles::v16f e = tiles::splat(sc[j]);
+          for (int64_t c = 0; c < hd / 16; ++c)
+            acc[c] = tiles::madd(e, tiles::widen_bf16(v + c * 16), acc[c]);
         }
-        uint16_t* out = ap + (i * heads + head) * hd;
-        for (int64_t d = 0; d < hd; ++d) out[d] = f2bf(acc[d] / total);
+        float* out = ap + (i * heads + head) * hd;
+        const tiles::v16f inv = tiles::splat(1.0f / total);
+        for (int64_t c = 0; c < hd / 16; ++c) {
+          const tiles::v16f r = acc[c] * inv;
+          std::memcpy(out + c * 16, &r, 64);
+        }
       }
     });
-    add_rows(xp, linear(m, att, w[4], w[5], m.int4), n * H);
-    rms_norm(m, xp, w[1].data_ptr<float>(), hp, n);
-    at::Tensor gu = linear(m, h, w[6], w[7], m.int4);
-    const uint16_t* gup = reinterpret_cast<const uint16_t*>(gu.data_ptr<at::BFloat16>());
+    add_rows(xp, linear(lin[1], att), n * H);
+    rms_norm(m, xp, m.norms[L * 2 + 1].data_ptr<float>(), hp, n);
+    at::Tensor gu = linear(lin[2], h);
+    const float* gup = gu.data_ptr<float>();
     const int64_t F = m.ffn;
     for (int64_t i = 0; i < n; ++i) {
-      const uint16_t* g = gup + i * 2 * F;
-      uint16_t* dst = actp + i * F;
+      const float* g = gup + i * 2 * F;
+      float* dst = actp + i * F;
       for (int64_t j = 0; j < F; ++j) {
-        const float gv = bf2f(g[j]);
-        dst[j] = f2bf(gv / (1.0f + fexp(-gv)) * bf2f(g[F + j]));
+        const float gv = g[j];
+        dst[j] = gv / (1.0f + fexp(-gv)) * g[F + j];
       }
     }
-    add_rows(xp, linear(m, act, w[8], w[9], m.int4), n * H);
+    add_rows(xp, linear(lin[3], act), n * H);
   }
   if (logits_rows <= 0) return at::empty({0}, at::kFloat);
   at::Tensor last = x.narrow(0, n - logits_rows, logits_rows).contiguous();
-  at::Tensor hl = at::empty({logits_rows, H}, at::kBFloat16);
-  rms_norm(m, last.data_ptr<float>(), m.norm.data_ptr<float>(),
-           reinterpret_cast<uint16_t*>(hl.data_ptr<at::BFloat16>()), logits_rows);
-  return linear(m, hl, m.out_w, m.out_s, false).to(at::kFloat);
+  at::Tensor hl = at::empty({logits_rows, H}, at::kFloat);
+  rms_norm(m, last.data_ptr<float>(), m.norm.data_ptr<float>(), hl.data_ptr<float>(),
+           logits_rows);
+  return linear(m.lins[m.layers * 4], hl);
+}
+
+// One tiled linear alone (tests and measurements): z empty for 8-bit tiles.
+at::Tensor lean_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& s,
+                       const at::Tensor& z) {
+  return tiles::linear(x.contiguous(), q, s, z);
 }
 
 TORCH_LIBRARY(samchat_lean, lib) {
-  lib.def("load(Tensor[] t, int[] dims, float eps, bool int4) -> int", &lean_load);
+  lib.def("linear(Tensor x, Tensor q, Tensor s, Tensor z) -> Tensor", &lean_linear);
+  lib.def("load(Tensor[] t, int[] kinds, int[] dims, float eps) -> int", &lean_load);
   lib.def("free(int handle) -> ()", &lean_free);
   lib.def(
       "forward(int handle, Tensor ids, Tensor anc, Tensor off, int length, Tensor cache, "
