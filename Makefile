@@ -62,6 +62,9 @@ $(STAMP): pyproject.toml setup.py samchat/sam/automaton.py README.md docs/ARCHIT
 	# The llama.cpp engine, built from source for this CPU (minutes, once; skipped when the pinned
 	# version is installed). A build that fails or crashes is dropped: samchat then uses torch.
 	$(BIN)/python scripts/install_llamacpp.py
+	# Which engine and format decode the default model fastest here: the app and serve take it.
+	$(BIN)/samchat bench engines >/dev/null 2>&1 \
+		|| echo "warning: samchat bench engines failed; the app and serve use the auto engine"
 	touch $(STAMP)
 
 setup: $(STAMP)

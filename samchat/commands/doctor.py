@@ -75,7 +75,7 @@ def _llamacpp_rows() -> list[tuple[str, str]]:
         fmt = ", the GGUF's own types" if engine_kind(engine).native_gguf else ", float32"
     except SamchatError as exc:
         engine, fmt = f"unknown ({exc})", ""
-    rows = [("engine (auto)", f"{engine} (for the default model{fmt})")]
+    rows = [("engine (auto)", f"{engine} (for the default model{fmt})"), _chosen_row()]
     reason = llamacpp_model.unavailable_reason()
     if reason:
         return [*rows, ("llama.cpp", f"unavailable: {reason}")]
@@ -86,6 +86,21 @@ def _llamacpp_rows() -> list[tuple[str, str]]:
         built = f"unavailable ({type(exc).__name__}: {exc})"
     rows.append(("llama.cpp build", built))
     return rows
+
+
+def _chosen_row() -> tuple[str, str]:
+    """What the app and serve decode the default model on: the engine and format measured
+    fastest here, once measured."""
+    from samchat import paths
+    from samchat.models.engine_choice import kept
+    from samchat.models.loader import ModelSpec
+
+    speeds = kept(paths.cache_dir(), ModelSpec())
+    if not speeds:
+        return ("engine (app, serve)", "as auto: not compared yet (samchat bench engines)")
+    best = min(speeds, key=lambda s: s.ms_per_token)
+    times = ", ".join(f"{s.label} {s.ms_per_token:.1f} ms" for s in speeds)
+    return ("engine (app, serve)", f"{best.label}, measured fastest here ({times} per token)")
 
 
 def _kernel_rows(cache: Path) -> list[tuple[str, str]]:
@@ -112,7 +127,12 @@ def _packed_rows(models: Path) -> list[tuple[str, str]]:
 
     kept = sorted(p.name for p in (models / "packed").glob("*.safetensors"))
     cap = torch.backends.cpu.get_cpu_capability()
+    from samchat.engines.torch.native import build
+
     rows = [("torch int4/int8", f"weight-only kernels for {cap} (--dtype int4, --dtype int8)")]
+    native = build.library_path(models)
+    built = f"compiled ({native.name})" if native.is_file() else "not compiled yet (at first load)"
+    rows.append(("int4 forward", f"native, {built}"))
     rows.append(("packed weights", ", ".join(kept) if kept else "none yet (packed at first load)"))
     return rows
 

@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     from samchat.chat.config import load_config
     from samchat.models import load_model
     from samchat.models.catalog import recent_file
+    from samchat.models.engine_choice import preferred
     from samchat.serve.server import ServeOptions, bind, is_loopback, serve
     from samchat.store import Store
 
@@ -88,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         with Store.open(store_path(args)) as store:  # created or migrated now
             db_path = store.path
-        spec = spec_from_args(args, config)
+        # The engine and format measured fastest here (samchat bench engines), where left to auto.
+        spec = preferred(spec_from_args(args, config), paths.cache_dir())
         lm = load_model(
             spec,
             progress=lambda msg: print(f"[{msg}]", file=sys.stderr),

@@ -7,6 +7,7 @@ again, with a one-line notice."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -223,5 +224,16 @@ def _packed(source: Path, name: str, fmt: str, cache_dir: Path | None, notice: S
     except OSError as exc:
         notice(f"could not keep the packed weights in {path.parent}: {exc}")
         return LeanModel(fmt, shape, tensors, "packed in memory")
+    _drop_older(path)
     shape, mapped = _read(path, key)
     return LeanModel(fmt, shape, mapped, f"packed into {path.name}")
+
+
+def _drop_older(path: Path) -> None:
+    """Removes the same model's packings under other keys (an older layout, torch or file):
+    nothing reads them again, and each is the model's size."""
+    stem = path.name.rsplit("-", 1)[0]
+    for old in path.parent.glob(f"{stem}-*.safetensors"):
+        if old != path:
+            with contextlib.suppress(OSError):
+                old.unlink()

@@ -7,6 +7,7 @@ does."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import platform
@@ -95,6 +96,10 @@ def build(cache_dir: Path) -> Path:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise RuntimeError(f"{_compiler()} failed: {last}")
         os.replace(tmp, path)  # atomic: a concurrent build of the same key writes the same
+        for older in path.parent.glob("lean-*.so"):  # builds for another source or torch
+            if older != path:
+                with contextlib.suppress(OSError):
+                    older.unlink()
     finally:
         Path(tmp).unlink(missing_ok=True)
     return path

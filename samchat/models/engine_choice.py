@@ -1,0 +1,144 @@
+"""Which engine and weight format decode a GGUF model fastest on this machine: measured once
+(`samchat bench engines`; `make setup` does it for the bundled model), kept, and taken by the
+app and `serve` where the engine and dtype are left to auto. A one-shot `ask` keeps llama.cpp,
+which starts sooner than torch imports.
+
+The measure is what the user waits for per token: one-token steps through the engine, after
+a prompt, with the greedy choice of each step."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from samchat.errors import SamchatError
+from samchat.models.catalog import is_gguf
+from samchat.models.loader import ModelSpec
+
+# (engine, dtype) pairs that run a GGUF file on the CPU, in the order tried.
+CANDIDATES: tuple[tuple[str, str], ...] = (("llamacpp", "auto"), ("torch", "int4"))
+STEPS = 24  # one-token steps timed per candidate (after as many to warm up)
+_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class EngineSpeed:
+    engine: str
+    dtype: str
+    ms_per_token: float
+    describe: str
+
+    @property
+    def label(self) -> str:
+        return self.engine if self.dtype == "auto" else f"{self.engine}/{self.dtype}"
+
+
+def gguf_file(spec: ModelSpec) -> Path | None:
+    """The GGUF file spec names (the bundled one for no source), else None."""
+    if spec.source is None:
+        from samchat.models.default import bundled_gguf
+
+        try:
+            return bundled_gguf()
+        except SamchatError:
+            return None
+    path = Path(spec.source).expanduser()
+    return path if path.is_file() and is_gguf(path) else None
+
+
+def _key(path: Path) -> str:
+    from samchat.engines.cpu import cpu_name
+
+    stat = path.stat()
+    text = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{cpu_name()}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def record_path(cache_dir: Path, path: Path) -> Path:
+    return cache_dir / "engine-speed" / f"{path.stem}-{_key(path)}.json"
+
+
+def kept(cache_dir: Path, spec: ModelSpec) -> list[EngineSpeed] | None:
+    """The kept measurement for spec's GGUF file on this machine, if any (a damaged record
+    counts as none)."""
+    path = gguf_file(spec)
+    if path is None:
+        return None
+    try:
+        raw = json.loads(record_path(cache_dir, path).read_text(encoding="utf-8"))
+        return [EngineSpeed(**item) for item in raw["speeds"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def preferred(spec: ModelSpec, cache_dir: Path) -> ModelSpec:
+    """spec on the engine and format measured fastest for it here, where it leaves them to
+    auto on the CPU; spec itself otherwise (nothing kept, or a choice made on the command
+    line or in config.toml)."""
+    if spec.engine != "auto" or spec.dtype != "auto" or spec.quantize or spec.cuda_graphs:
+        return spec
+    if spec.device not in ("auto", "cpu"):
+        return spec
+    speeds = kept(cache_dir, spec)
+    if not speeds:
+        return spec
+    best = min(speeds, key=lambda s: s.ms_per_token)
+    return replace(spec, engine=best.engine, dtype=best.dtype)
+
+
+def _time_steps(spec: ModelSpec, say: Say) -> EngineSpeed:
+    import numpy as np
+
+    from samchat.models import load_model
+
+    lm = load_model(spec, progress=say)
+    engine = lm.kind.open(lm)
+    ids = list(lm.tokenizer(_PROMPT, add_special_tokens=False)["input_ids"])
+    logits = engine.prefill(ids, logits=1)
+    assert logits is not None
+    token = int(np.argmax(logits[-1]))
+    times: list[float] = []
+    for step in range(2 * STEPS):
+        start = engine.length
+        t0 = time.perf_counter()
+        row = engine.forward([token])
+        token = int(np.argmax(row[0]))
+        engine.commit(start, [0])
+        if step >= STEPS:
+            times.append(time.perf_counter() - t0)
+    return EngineSpeed(spec.engine, spec.dtype, 1000 * statistics.median(times), engine.describe())
+
+
+def measure(spec: ModelSpec, cache_dir: Path, say: Say) -> list[EngineSpeed]:
+    """Times each candidate that can run spec's GGUF file here and keeps the result."""
+    from samchat.models.loader import choose_engine
+
+    path = gguf_file(spec)
+    if path is None:
+        raise SamchatError(
+            f"{spec.source} is not a GGUF file; the engines are compared on GGUF models"
+        )
+    speeds: list[EngineSpeed] = []
+    for engine, dtype in CANDIDATES:
+        candidate = replace(spec, engine=engine, dtype=dtype)
+        try:
+            choose_engine(candidate)
+        except SamchatError as exc:
+            say(f"{engine}/{dtype}: skipped ({exc})")
+            continue
+        speeds.append(_time_steps(candidate, say))
+    if not speeds:
+        raise SamchatError("no engine can run this model here")
+    out = record_path(cache_dir, path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"speeds": [asdict(s) for s in speeds]}, indent=1) + "\n")
+    tmp.replace(out)
+    return speeds
