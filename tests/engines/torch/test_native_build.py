@@ -44,3 +44,32 @@ def test_the_command_line_tool_warns_instead_of_failing(
     err = capsys.readouterr().err
     assert err.startswith("warning: the native int4 forward was not built") and err.count("\n") == 1
     assert build.main([]) == 2
+
+
+def test_a_damaged_library_is_compiled_again(tmp_path: Path) -> None:
+    """In a fresh process (this one has its library loaded): a kept library that does not
+    load is replaced, with a notice, and the forward runs natively."""
+    import os
+    import subprocess
+    import sys
+
+    path = build.library_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"not a library")
+    code = (
+        "import sys; from pathlib import Path; from samchat.engines.torch.native import build;"
+        "notes = []; why = build.load(Path(sys.argv[1]), notes.append);"
+        "print(why); print(notes)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ,
+    )
+    assert done.returncode == 0, done.stderr
+    why, notes = done.stdout.splitlines()
+    assert why == "None"
+    assert "is unusable" in notes and "compiling again" in notes
+    assert path.stat().st_size > 1000

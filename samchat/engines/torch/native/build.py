@@ -121,7 +121,14 @@ def load(cache_dir: Path | None, say: Callable[[str], None] | None = None) -> st
             say("compiling the int4 forward for this CPU (once, about ten seconds)")
         try:
             path = build(cache_dir)
-            torch.ops.load_library(str(path))  # type: ignore[no-untyped-call]
+            try:
+                torch.ops.load_library(str(path))  # type: ignore[no-untyped-call]
+            except OSError as exc:  # a damaged file: compiled again, once
+                if say is not None:
+                    say(f"the compiled forward {path.name} is unusable ({exc}); compiling again")
+                path.unlink(missing_ok=True)
+                path = build(cache_dir)
+                torch.ops.load_library(str(path))  # type: ignore[no-untyped-call]
         except (RuntimeError, OSError) as exc:
             return str(exc)
         _loaded = path
