@@ -58,3 +58,6 @@ class Drafter(ABC):
     def tree_sizes(self) -> Sequence[int]:
         """Tree drafters: the draft sizes they can build (template sizes)."""
         return ()
+
+    def allow_tree_sizes(self, sizes: Sequence[int]) -> None:  # noqa: B027
+        """Tree drafters: build these sizes from now on (the policy's, from the cost curve)."""

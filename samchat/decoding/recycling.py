@@ -17,7 +17,8 @@ with its own rank rates), and its deeper levels follow the table as usual.
 Template shape and size come from running statistics: how often the model's own next token is
 the candidate of rank r. With those rates the expected accepted length of a template is the
 sum over its nodes of the product of the rates along the path, which lets the selection step
-weigh a tree of any size against its forward cost.
+weigh a tree of any size against its forward cost. Which sizes it builds templates for the policy
+decides from the cost curve (policy/recycling.py's tree_sizes, through allow_tree_sizes).
 """
 
 from __future__ import annotations
@@ -42,10 +43,11 @@ from samchat.decoding.policy.recycling import (
     RANK_PRIOR_WEIGHT,
     REFRESH_EVERY,
     K,
+    tree_sizes,
 )
-from samchat.decoding.policy.recycling import TREE_SIZES as SIZES
 from samchat.decoding.protocols import SessionModel
 from samchat.decoding.tree import DraftTree
+from samchat.engines.cost import CostCurve
 
 log = logging.getLogger(__name__)
 
@@ -155,11 +157,6 @@ class _Plan:
         return out
 
 
-def _size(max_nodes: int) -> int:
-    """The largest tree size that fits in max_nodes (0 if none does)."""
-    return max((s for s in SIZES if s <= max_nodes), default=0)
-
-
 class TokenRecyclingDrafter(Drafter):
     name = "tr"
     wants_logits = True
@@ -186,6 +183,9 @@ class TokenRecyclingDrafter(Drafter):
         self.hits = np.zeros(k, dtype=np.int64)
         self.seen = 0
         self._plans: dict[int, _Plan] = {}
+        # The sizes it builds templates for: what a free verification allows, until the policy
+        # gives those of this machine's curve (allow_tree_sizes).
+        self._sizes = tree_sizes(CostCurve.flat())
         self._dirty = False
         self._last = -1
         # Realised / predicted accepted tokens: corrects the independence assumption of the
@@ -260,7 +260,7 @@ class TokenRecyclingDrafter(Drafter):
     def _refresh(self) -> None:
         rates = self.rank_rates
         first = self.fallback_rates
-        self._templates = {s: build_template(rates, s) for s in SIZES}
+        self._templates = {s: build_template(rates, s) for s in self._sizes}
         self._expected = {s: expected_accepted(t, rates) for s, t in self._templates.items()}
         self._expected_fallback = {
             s: expected_accepted(t, rates, first) for s, t in self._templates.items()
@@ -269,7 +269,17 @@ class TokenRecyclingDrafter(Drafter):
         self._since_refresh = 0
 
     def tree_sizes(self) -> Sequence[int]:
-        return SIZES
+        return self._sizes
+
+    def allow_tree_sizes(self, sizes: Sequence[int]) -> None:
+        sizes = tuple(sizes)
+        if sizes != self._sizes:
+            self._sizes = sizes
+            self._refresh()
+
+    def _size(self, max_nodes: int) -> int:
+        """The largest tree size that fits in max_nodes (0 if none does)."""
+        return max((s for s in self._sizes if s <= max_nodes), default=0)
 
     def _expectations(self) -> dict[int, float] | None:
         """Expected accepted tokens per tree size from the current token: its own row's, the
@@ -281,12 +291,12 @@ class TokenRecyclingDrafter(Drafter):
         return self._expected_fallback if self._top else None
 
     def expected_accepted(self, max_nodes: int) -> float:
-        size = _size(max_nodes)
+        size = self._size(max_nodes)
         expected = self._expectations()
         return expected[size] * self.calibration if size and expected is not None else 0.0
 
     def potential(self, max_nodes: int) -> float:
-        size = _size(max_nodes)
+        size = self._size(max_nodes)
         return self._expected[size] * self.calibration if size else 0.0
 
     @property
@@ -326,7 +336,7 @@ class TokenRecyclingDrafter(Drafter):
         self._last = int(tokens[-1])
 
     def propose(self, max_nodes: int) -> DraftTree | None:
-        size = _size(max_nodes)
+        size = self._size(max_nodes)
         expected = self._expectations()
         if size == 0 or expected is None:
             return None

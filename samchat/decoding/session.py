@@ -424,7 +424,8 @@ class ChatSession:
         tracker = self._tracker
         tracker.rebase(curve)
         trees = self.tree_reason is None
-        return Drafting.plan(self.config, tracker, self._acceptance, drafters, trees)
+        exact = self._engine.exact_rows
+        return Drafting.plan(self.config, tracker, self._acceptance, drafters, trees, exact)
 
     def _step(
         self, reply: Reply, drafting: Drafting | None, budget: int

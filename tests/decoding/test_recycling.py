@@ -11,7 +11,6 @@ import torch
 
 from samchat.decoding import recycling
 from samchat.decoding.recycling import (
-    SIZES,
     TokenRecyclingDrafter,
     build_template,
     expected_accepted,
@@ -49,7 +48,7 @@ def test_observe_updates_every_position_and_drafts_from_the_table(tmp_path: Path
     assert d.adj[10].tolist() == [20, 21, 22, 23]
     assert d.adj[20].tolist() == [30, 31, 32, 33]
     d.advance([7, 3])
-    tree = d.propose(SIZES[2])
+    tree = d.propose(7)
     assert tree is not None and tree.source == "tr"
     assert tree.tokens[0] == 10 and tree.parents[0] == -1  # rank 0 after the last token
     for tok, par in zip(tree.tokens, tree.parents, strict=True):
@@ -155,7 +154,7 @@ def test_propose_gathers_the_tree_the_node_walk_would() -> None:
         rates = d.rank_rates
         for last in rng.choice(vocab, size=3, replace=False).tolist():
             d.begin([int(last)])
-            for size in SIZES:
+            for size in d.tree_sizes():
                 got = d.propose(size)
                 want = _old_propose(table, int(last), build_template(rates, size))
                 if table[last, 0] < 0:  # no row: the fallback's, empty (nothing emitted)
@@ -249,7 +248,7 @@ def test_a_token_without_a_row_drafts_from_the_most_emitted_tokens() -> None:
     assert d.propose(8) is None
     d.advance([5, 6, 5, 7, 6, 5, 30])  # 30 has no row; 5 was emitted most, then 6, then 7
     assert d.expected_accepted(8) > 0.0
-    tree = d.propose(SIZES[-1])
+    tree = d.propose(63)
     assert tree is not None
     # The prediction the drafter checks itself against is what it told the selector.
     assert d._pending_prediction * d.calibration == pytest.approx(d.expected_accepted(63))
@@ -269,7 +268,7 @@ def test_a_token_without_a_row_drafts_from_the_most_emitted_tokens() -> None:
     assert d.fallback_hits[:2] == [1, 1]
     d.advance([5])  # 5 has a row: not counted
     assert d.fallback_seen == 2
-    assert d.propose(SIZES[-1]) is not None
+    assert d.propose(63) is not None
     assert d._pending_prediction * d.calibration == pytest.approx(d.expected_accepted(63))
     assert d.expected_accepted(63) == pytest.approx(d.potential(63))  # the table's rates
 
@@ -288,5 +287,5 @@ def test_the_fallback_row_is_the_most_emitted_tokens_however_they_come() -> None
             want = sorted(np.flatnonzero(counts), key=lambda t: (-counts[t], t))[:k]
             assert d._top == want, trial
             # No token has a row here: the tree is the fallback's first level alone.
-            tree = d.propose(SIZES[-1])
+            tree = d.propose(63)
             assert tree is not None and tree.tokens == want, trial

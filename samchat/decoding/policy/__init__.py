@@ -1,7 +1,8 @@
 """The drafting policy, every rule and number of it: how likely a draft is to be accepted
 (acceptance.py), the selector that picks each step's draft on this machine's cost curve within
 the draft-row ceiling (selector.py), the rules a session follows around it and one reply's
-drafting (drafting.py), and Token Recycling's own numbers (recycling.py)."""
+drafting (drafting.py), and Token Recycling's own numbers with the tree sizes a cost curve
+allows it (recycling.py)."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@
 - A draft stays below the rows an engine computes as one-token decoding does (`draft_budget`).
 - A drafter none of whose trees can pay on the curve rests, reading one forward in REST_SAMPLE.
 - A model that rejects a tree mask gets sequence drafts from then on (`Drafting.trees_failed`).
+- Token Recycling builds the tree sizes the curve allows (`tree_sizes`), within the draft budget.
 - Token Recycling learns from the last PROMPT_ROWS new prompt rows, or more on a flat curve."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from samchat.decoding.drafter import Drafter
 from samchat.decoding.params import DecodingConfig
 from samchat.decoding.policy.acceptance import REPLY_FADE, AcceptanceModel
+from samchat.decoding.policy.recycling import tree_sizes
 from samchat.decoding.policy.selector import PLAIN, Decision, Selector
 from samchat.decoding.tree import DraftTree
 from samchat.engines.base import DRAFT_ROWS, Logits
@@ -60,11 +62,27 @@ def draft_budget(room: int, exact_rows: int) -> int:
     return min(room, exact_rows - 1)
 
 
+def allowed_tree_sizes(selector: Selector, exact_rows: int) -> tuple[int, ...]:
+    """The tree sizes the selector's curve allows within the draft budget (SAM-Decoding's rule,
+    not `adaptive`, drafts whatever it costs: the sizes of a free verification)."""
+    curve = selector.curve if selector.config.adaptive else CostCurve.flat()
+    return tree_sizes(curve, draft_budget(selector.cap, exact_rows))
+
+
 class Drafting:
     """The drafters of one reply and the selector that picks each step's draft. A resting
     drafter is not offered to the selector and reads only one forward in REST_SAMPLE."""
 
-    __slots__ = ("drafters", "resting", "selector", "since_sample", "tracker", "watchers")
+    __slots__ = (
+        "drafters",
+        "exact_rows",
+        "resting",
+        "selector",
+        "since_sample",
+        "tracker",
+        "trees",
+        "watchers",
+    )
 
     def __init__(
         self,
@@ -72,6 +90,8 @@ class Drafting:
         selector: Selector,
         tracker: CostTracker,
         resting: Drafter | None = None,
+        trees: Drafter | None = None,
+        exact_rows: int = DRAFT_ROWS,
     ) -> None:
         self.drafters = drafters
         self.resting = resting
@@ -79,6 +99,8 @@ class Drafting:
         self.selector = selector
         self.tracker = tracker
         self.since_sample = 0
+        self.trees = trees  # the tree drafter (Token Recycling), active or resting
+        self.exact_rows = exact_rows
 
     @classmethod
     def plan(
@@ -88,18 +110,23 @@ class Drafting:
         acceptance: AcceptanceModel,
         drafters: tuple[Drafter | None, Drafter | None, Drafter | None],
         trees_allowed: bool,
+        exact_rows: int,
     ) -> Drafting:
         """A reply's drafting with the (dynamic SAM, static SAM, Token Recycling) `drafters`,
-        priced on the tracker's curve. Token Recycling rests when none of its trees can pay on
-        it (or trees cannot be verified here)."""
+        priced on the tracker's curve, on an engine whose first `exact_rows` rows equal
+        one-token decoding. Token Recycling gets the tree sizes the curve allows, and rests
+        when none of them can pay on it (or trees cannot be verified here)."""
         dyn, static, aux = drafters
         selector = Selector(config, tracker.curve, acceptance, dyn, static, aux)
         selector.trees_allowed = trees_allowed
         selector.at_start = True
         resting = None
-        if aux is not None and not selector.tree_can_pay(aux):
-            resting, selector.aux = aux, None
-        return cls([d for d in drafters if d is not None], selector, tracker, resting)
+        if aux is not None:
+            aux.allow_tree_sizes(allowed_tree_sizes(selector, exact_rows))
+            if not selector.tree_can_pay(aux):
+                resting, selector.aux = aux, None
+        active = [d for d in drafters if d is not None]
+        return cls(active, selector, tracker, resting, aux, exact_rows)
 
     def begin(self, prompt: list[int], prompt_rows: tuple[list[int], Logits] | None) -> None:
         """The reply starts: every drafter sees the prompt; the active ones that read logits
@@ -146,6 +173,8 @@ class Drafting:
         selector = self.selector
         if tracker.record(len(ids), forward_s):
             selector.curve = tracker.curve
+            if self.trees is not None:  # its sizes follow the refitted curve
+                self.trees.allow_tree_sizes(allowed_tree_sizes(selector, self.exact_rows))
         selector.feedback(decision, accepted)
         for d in self.drafters:
             d.advance(new)

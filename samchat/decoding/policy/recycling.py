@@ -1,16 +1,34 @@
-"""Token Recycling's numbers (samchat/decoding/recycling.py runs them): its table's width, its
-tree sizes and depth, the priors of its rank rates, and how it tracks its own accuracy."""
+"""Token Recycling's numbers (samchat/decoding/recycling.py runs them): its table's width, the
+tree sizes a cost curve allows it and their depth, the priors of its rank rates, and how it
+tracks its own accuracy."""
 
 from __future__ import annotations
 
 from samchat.decoding.policy.selector import MAX_DRAFT
+from samchat.engines.cost import SIZES as MEASURED_ROWS
+from samchat.engines.cost import CostCurve
 
 K = 8  # next-token candidates kept per token
-# Tree sizes (nodes) the drafter builds templates for: inputs (1 + nodes) of 2, 4, 8, 12 ...
-# DRAFT_ROWS rows. The selector picks among them on the cost curve each step (Selector's
-# _aux_size and tree_can_pay), within the cap the curve sets.
-TREE_SIZES = (1, 3, 7, 11, 15, 23, 31, 47, MAX_DRAFT)
 MAX_DEPTH = 6
+
+
+def tree_sizes(curve: CostCurve, ceiling: int = MAX_DRAFT) -> tuple[int, ...]:
+    """The tree sizes (nodes) Token Recycling may build on this cost curve, none above
+    `ceiling` (the draft budget) nor MAX_DRAFT.
+
+    Each fills the rows of a point of the curve, or of the sizes curves are measured at (steps
+    of about 1.5x, so any budget finds a tree not far below it), or the whole budget: between
+    its points a curve is interpolated, so those are where it can step up. And each could pay
+    if every path were accepted to its full depth: an s-node tree adds at most min(s,
+    MAX_DEPTH) tokens, so a flat curve allows every size and a steep one only small trees. The
+    selector picks among them each step by expected tokens per unit of cost."""
+    top = min(ceiling, MAX_DRAFT)
+    fills = {x - 1 for x in (*MEASURED_ROWS, *curve.xs)} | {top}
+    return tuple(
+        s for s in sorted(fills) if 1 <= s <= top and curve.rel(s + 1) < 1 + min(s, MAX_DEPTH)
+    )
+
+
 # Prior chance that the model's next token is the table's candidate of rank r (warm table).
 RANK_PRIOR = (0.45, 0.12, 0.06, 0.04, 0.03, 0.02, 0.015, 0.01)
 # Counted as this many observed rows. Rank rates learn from every verified row (up to DRAFT_ROWS
