@@ -140,7 +140,7 @@ def test_cuda_graphs_are_the_default_where_they_can_run() -> None:
     the model's KV cache)."""
     from samchat.cli import build_parser
     from samchat.cli_options import spec_from_args
-    from samchat.models.loader import requested_steps
+    from samchat.engines.torch.loading import requested_steps
 
     def steps(argv: list[str], device_type: str) -> str:
         args = build_parser().parse_args(["ask", *argv, "hi"])

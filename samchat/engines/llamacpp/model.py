@@ -10,10 +10,13 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from samchat import interrupts
 from samchat.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    from samchat.engines.weights import Weights, WeightsRequest
 
 log = logging.getLogger(__name__)
 _INIT = threading.Lock()
@@ -159,3 +162,19 @@ class LlamaWeights:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter exit the library may be gone
             self.close()
+
+
+def load_weights(request: WeightsRequest) -> Weights:
+    """The weights of request.files's GGUF file (the registry's loading hook; the loader
+    refuses a model that is no GGUF file first)."""
+    from samchat.engines.weights import Weights
+
+    gguf = request.files.gguf
+    if gguf is None:
+        raise ModelLoadError(f"the llama.cpp engine runs .gguf files; {request.files.path} is none")
+    request.say(f"loading {gguf.name} with llama.cpp")
+    weights = LlamaWeights.load(gguf)
+    eos = (weights.eos_id,) if weights.eos_id >= 0 else ()
+    return Weights(
+        model=weights, device="cpu", dtype=weights.file_type, eos_ids=(*eos, *weights.eog_ids)
+    )
