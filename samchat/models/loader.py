@@ -68,8 +68,8 @@ class LoadedModel:
     """A model ready for decoding: a samchat.decoding SessionModel (and EngineModel)."""
 
     # The weights as its engine runs them (a transformers model, packed int4/int8 weights, or
-    # llama.cpp's LlamaWeights): only that engine reads them, through its own package.
-    model: Any
+    # llama.cpp's LlamaWeights): only that engine reads them, narrowed to its own type there.
+    model: object
     tokenizer: Tokenizer  # transformers' tokenizer, or the GGUF's kept one
     device: Device | str  # a torch.device; "cpu" for llama.cpp
     name: str

@@ -178,3 +178,10 @@ def load_weights(request: WeightsRequest) -> Weights:
     return Weights(
         model=weights, device="cpu", dtype=weights.file_type, eos_ids=(*eos, *weights.eog_ids)
     )
+
+
+def loaded_weights(model: object) -> LlamaWeights:
+    """A loaded model's weights, which the llama.cpp engine runs only if llama.cpp loaded them."""
+    if not isinstance(model, LlamaWeights):
+        raise TypeError(f"the llama.cpp engine runs GGUF weights, not {type(model).__name__}")
+    return model
