@@ -86,8 +86,8 @@ class Weights:
     device: Device | str
     dtype: str  # as messages and benchmarks name it: "float32", "int4", a GGUF file type
     steps: StepMode = "dynamic"  # how the torch engine runs its steps (TorchEngine's `steps`)
-    # The end ids the weights name beside the tokenizer's (a Hugging Face model's generation
-    # config, the tokens llama.cpp ends generation on).
+    # The end ids the weights' own configuration names (a Hugging Face model's generation
+    # config), read beside the tokenizer's; a GGUF model's come from its metadata instead.
     eos_ids: tuple[int, ...] = ()
 
 

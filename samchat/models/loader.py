@@ -37,6 +37,7 @@ from samchat.models.default import DEFAULT_MODEL_NAME, bundled_gguf, converted_d
 from samchat.models.device import accelerator_possible
 from samchat.models.gguf_header import metadata_digest
 from samchat.models.kept_tokenizer import KeptTokenizer
+from samchat.models.stop_tokens import stop_ids
 from samchat.names import StepMode
 from samchat.paths import model_cache_dir
 from samchat.remote.endpoint import is_remote
@@ -362,12 +363,6 @@ def load_tokenizer(spec: ModelSpec | None = None) -> tuple[Any, str]:
     return tok, tokenizer_fingerprint(tok)
 
 
-def _eos_ids(named: tuple[int, ...], tokenizer: Any) -> tuple[int, ...]:
-    """The ids the weights name, then the tokenizer's end of sequence: each once."""
-    eos = tokenizer.eos_token_id
-    return tuple(dict.fromkeys([*named, *([eos] if isinstance(eos, int) else [])]))
-
-
 def _names_gguf(source: str) -> bool:
     """A GGUF model: an Ollama model, a file with the GGUF header (whatever its name), or a
     .gguf path that does not exist (so loading it says so)."""
@@ -472,7 +467,8 @@ def load_model(
         device=weights.device,
         name=found.name,
         fingerprint=tokenizer_fingerprint(tokenizer),
-        eos_ids=_eos_ids(weights.eos_ids, tokenizer),
+        # From the model as found: a GGUF file stops alike in every engine (stop_tokens.py).
+        eos_ids=stop_ids(found.gguf, tokenizer, weights.eos_ids),
         source=spec.source or files.location,
         dtype=weights.dtype,
         engine=kind.name,

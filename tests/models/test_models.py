@@ -21,7 +21,9 @@ def test_default_model_loads_offline_with_chat_template(default_lm: Any) -> None
     assert default_lm.name == "SmolLM2-135M-Instruct"
     assert default_lm.device.type == "cpu"
     assert default_lm.tokenizer.chat_template
-    assert default_lm.tokenizer.convert_ids_to_tokens(list(default_lm.eos_ids)) == ["<|im_end|>"]
+    # The GGUF's end tokens, as llama.cpp reads them (the end of turn first).
+    ends = ["<|im_end|>", "<|endoftext|>", "<reponame>"]
+    assert default_lm.tokenizer.convert_ids_to_tokens(list(default_lm.eos_ids)) == ends
     n_params = sum(p.numel() for p in default_lm.model.parameters())
     assert 130_000_000 < n_params < 140_000_000
     assert (converted_dir() / "model.safetensors").is_file()
