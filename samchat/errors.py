@@ -22,3 +22,10 @@ class StoreError(SamchatError):
 
 class ImportFailed(SamchatError):
     """A document import failed as a whole (per-file problems are reported as skips)."""
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message as one short line, for the reason part of a SamchatError
+    (third-party libraries raise multi-line, sometimes very long messages)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 160 else text[:157] + "..."

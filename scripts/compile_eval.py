@@ -20,7 +20,7 @@ import torch
 from transformers import StaticCache
 
 from samchat.engines.cpu import cpu_name
-from samchat.engines.torch.engine import TorchEngine
+from samchat.engines.torch.engine import TorchEngine, hf_model
 from samchat.models import load_model
 from samchat.models.loader import ModelSpec
 
@@ -49,7 +49,7 @@ def main() -> None:
     lm = load_model(ModelSpec(engine="torch", dtype=args.dtype))
     engine = TorchEngine(lm)
     engine.fit()
-    ref = load_model(ModelSpec(engine="torch", dtype=args.dtype)).model  # unpatched weights
+    ref = hf_model(load_model(ModelSpec(engine="torch", dtype=args.dtype)).model)  # unpatched
     ctx = torch.randint(0, int(lm.vocab_size), (1, args.context))
     engine.prefill(ctx[0].tolist())
     cache = StaticCache(config=ref.config, max_cache_len=args.context + max(rows) + 1)

@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from samchat.decoding.prompt import render_prompt
 from samchat.errors import SamchatError
 from samchat.messages import Message
+
+if TYPE_CHECKING:
+    from samchat.decoding.protocols import SessionModel
+    from samchat.engines.base import EngineModel
+    from samchat.models.loader import LoadedModel
 
 # transformers' prompt lookup decoding
 TORCH_PLD_TOKENS = 10
@@ -22,26 +27,29 @@ LLAMA_PLD_NGRAM = 2  # LlamaPromptLookupDecoding's default
 
 
 def torch_pld(
-    lm: Any, messages: list[Message], max_new_tokens: int
+    lm: LoadedModel, messages: list[Message], max_new_tokens: int
 ) -> tuple[list[int], float, int]:
     """transformers' own prompt lookup decoding on the same model."""
     import torch
 
-    tok = lm.tokenizer
+    from samchat.engines.torch.engine import hf_model
+
+    model = hf_model(lm.model)
+    tok: Any = lm.tokenizer  # transformers' own: tensors out, beyond the Tokenizer protocol
     enc = tok.apply_chat_template(
         messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
     )
-    input_ids = enc["input_ids"].to(lm.device)
+    input_ids = enc["input_ids"].to(torch.device(str(lm.device)))
     calls = [0]
 
     def count(*_: Any) -> None:
         calls[0] += 1
 
-    hook = lm.model.register_forward_hook(count)
+    hook = model.register_forward_hook(count)
     try:
         start = time.perf_counter()
         with torch.no_grad():
-            out = lm.model.generate(
+            out = model.generate(
                 input_ids,
                 attention_mask=torch.ones_like(input_ids),
                 max_new_tokens=max_new_tokens,
@@ -70,7 +78,7 @@ def llama_pld_settings() -> dict[str, Any]:
     }
 
 
-def llama_pld(lm: Any) -> Any:
+def llama_pld(lm: EngineModel) -> Any:
     """A llama-cpp-python Llama over lm's GGUF file with its prompt lookup draft model, the KV
     cache kept as samchat's llama.cpp engine keeps a short chat's (Q8_0, flash attention),
     its eval() calls counted. logits_all=True: with a draft model Llama keeps every row's
@@ -80,7 +88,7 @@ def llama_pld(lm: Any) -> Any:
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     from samchat.engines.llamacpp.engine import Q8_0
-    from samchat.engines.llamacpp.model import llama, threads
+    from samchat.engines.llamacpp.model import llama, loaded_weights, threads
 
     llama()  # initialised once, llama.cpp's log routed to Python logging
 
@@ -93,7 +101,7 @@ def llama_pld(lm: Any) -> Any:
 
     n = threads()
     return CountingLlama(
-        model_path=str(lm.model.path),
+        model_path=str(loaded_weights(lm.model).path),
         draft_model=LlamaPromptLookupDecoding(
             max_ngram_size=LLAMA_PLD_NGRAM, num_pred_tokens=LLAMA_PLD_TOKENS
         ),
@@ -110,7 +118,7 @@ def llama_pld(lm: Any) -> Any:
 
 
 def llama_pld_reply(
-    llm: Any, lm: Any, messages: list[Message], max_new_tokens: int
+    llm: Any, lm: SessionModel, messages: list[Message], max_new_tokens: int
 ) -> tuple[list[int], float, int]:
     """llama-cpp-python's prompt lookup decoding on `llm` (made by llama_pld(lm)), greedy.
     Each eval() is one forward (the prompt, then the pending token plus the draft) that

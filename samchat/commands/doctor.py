@@ -28,8 +28,8 @@ def report(data_dir: Path | None = None) -> list[tuple[str, str]]:
 
     from samchat import paths
     from samchat.engines.cpu import cpu_flags, cpu_name
+    from samchat.engines.torch.devices import resolve_device
     from samchat.models.default import converted_dir, default_gguf_source
-    from samchat.models.device import resolve_device
 
     rows: list[tuple[str, str]] = [
         ("samchat", __version__),

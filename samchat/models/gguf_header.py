@@ -1,5 +1,6 @@
 """A GGUF file's metadata (its key-value section: architecture, vocabulary, merges, special
-tokens, chat template), read straight from the header without parsing the values.
+tokens, chat template), read straight from the header: values are skipped by their lengths
+unless asked for.
 
 The tokenizer converted from a GGUF depends on this section alone, so its digest names the
 tokenizer of every copy of a file, wherever it lies and whatever its mtime."""
@@ -9,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import mmap
 import struct
+from collections.abc import Collection
 from pathlib import Path
+from typing import NamedTuple
 
 from samchat.errors import ModelLoadError
 
@@ -17,6 +20,20 @@ _MAGIC = b"GGUF"
 # Value type -> size in bytes of one value (GGUF spec); 8 = string, 9 = array.
 _SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _STRING, _ARRAY = 8, 9
+# Integer value types (GGUF spec) -> struct format: u8 i8 u16 i16 u32 i32, bool, u64 i64.
+_INTS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 7: "<?", 10: "<Q", 11: "<q"}
+
+
+class Strings(NamedTuple):
+    """An array of strings as read: its length, and its items by index (only the texts
+    searched for, where a search names them)."""
+
+    length: int
+    items: dict[int, str]
+
+
+# A value read: an integer, a string, or an array of either (others are not read).
+Value = int | str | list[int] | Strings
 
 
 def metadata_digest(path: Path) -> str:
@@ -30,16 +47,73 @@ def metadata_digest(path: Path) -> str:
         raise ModelLoadError(f"cannot read the GGUF header of {path}: {exc}") from exc
 
 
-def _metadata_end(data: mmap.mmap) -> int:
-    """The offset just past the last key-value pair (where the tensor table begins)."""
+def read_metadata(
+    path: Path, keys: Collection[str], search: Collection[str] | None = None
+) -> dict[str, Value]:
+    """The values of `keys` that the GGUF file at `path` holds as integers, strings or arrays
+    of them; search: read only the items of a string array equal to one of these texts (a
+    search compares bytes where the length matches, rather than decoding every token)."""
+    wanted = None if search is None else {t.encode("utf-8") for t in search}
+    found: dict[str, Value] = {}
+    try:
+        with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            at = 24
+            for _ in range(_kv_count(data)):
+                key_end = _skip_string(data, at)
+                key = data[at + 8 : key_end].decode("utf-8")
+                kind: int = struct.unpack_from("<I", data, key_end)[0]
+                at = key_end + 4
+                if key in keys:
+                    value = _read_value(data, at, kind, wanted)
+                    if value is not None:
+                        found[key] = value
+                at = _skip_value(data, at, kind)
+    except (OSError, ValueError, struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(f"cannot read the GGUF header of {path}: {exc}") from exc
+    return found
+
+
+def _read_value(data: mmap.mmap, at: int, kind: int, wanted: set[bytes] | None) -> Value | None:
+    if kind in _INTS:
+        return int(struct.unpack_from(_INTS[kind], data, at)[0])
+    if kind == _STRING:
+        return data[at + 8 : _skip_string(data, at)].decode("utf-8")
+    if kind != _ARRAY:
+        return None
+    item: int = struct.unpack_from("<I", data, at)[0]
+    count: int = struct.unpack_from("<Q", data, at + 4)[0]
+    at += 12
+    if item in _INTS:
+        fmt = _INTS[item]
+        return [int(v) for v in struct.unpack_from(f"<{count}{fmt[1]}", data, at)]
+    if item != _STRING:
+        return None
+    lengths = None if wanted is None else {len(w) for w in wanted}
+    strings: dict[int, str] = {}
+    for index in range(count):
+        end = _skip_string(data, at)
+        if lengths is None or end - at - 8 in lengths:  # compare only where a length matches
+            raw = data[at + 8 : end]
+            if wanted is None or raw in wanted:
+                strings[index] = raw.decode("utf-8")
+        at = end
+    return Strings(count, strings)
+
+
+def _kv_count(data: mmap.mmap) -> int:
     if data[:4] != _MAGIC:
         raise ValueError("not a GGUF file")
     version = struct.unpack_from("<I", data, 4)[0]
     if version < 2:
         raise ValueError(f"GGUF version {version} is too old")
-    kv_count: int = struct.unpack_from("<Q", data, 16)[0]
+    count: int = struct.unpack_from("<Q", data, 16)[0]
+    return count
+
+
+def _metadata_end(data: mmap.mmap) -> int:
+    """The offset just past the last key-value pair (where the tensor table begins)."""
     at = 24
-    for _ in range(kv_count):
+    for _ in range(_kv_count(data)):
         at = _skip_string(data, at)  # the key
         kind: int = struct.unpack_from("<I", data, at)[0]
         at = _skip_value(data, at + 4, kind)

@@ -1,29 +1,30 @@
-"""Loading causal LMs: the offline default model, local directories, GGUF files and hub ids."""
+"""Loading causal LMs: ModelSpec -> LoadedModel. A source (the bundled default, a directory, a
+GGUF file, an Ollama model, a hub id) is found here and its tokenizer read; the engine the
+registry names turns the files into weights (samchat/engines/*/: models imports none of them)."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from filelock import FileLock
 
 from samchat.engines.registry import (
     AUTO,
     DEFAULT,
     ENGINES,
+    KINDS,
     EngineKind,
     engine_kind,
     native_gguf_kind,
 )
-from samchat.errors import ModelLoadError
+from samchat.engines.weights import Device, ModelFiles, WeightsRequest, quiet_transformers
+from samchat.errors import ModelLoadError, one_line
 from samchat.models.catalog import (
     OLLAMA_PREFIX,
     cached_snapshot,
@@ -32,24 +33,17 @@ from samchat.models.catalog import (
     remember_gguf,
     resolve_ollama,
 )
-from samchat.models.default import DEFAULT_MODEL_NAME, bundled_gguf, default_model_dir
-from samchat.models.device import (
-    WEIGHT_FORMATS,
-    accelerator_possible,
-    available_memory,
-    resolve_device,
-    resolve_dtype,
-)
+from samchat.models.default import DEFAULT_MODEL_NAME, bundled_gguf, converted_dir
+from samchat.models.device import accelerator_possible
 from samchat.models.gguf_header import metadata_digest
 from samchat.models.kept_tokenizer import KeptTokenizer
+from samchat.models.stop_tokens import stop_ids
 from samchat.names import StepMode
-
-if TYPE_CHECKING:
-    import torch
-
-    from samchat.decoding.protocols import Tokenizer
 from samchat.paths import model_cache_dir
 from samchat.remote.endpoint import is_remote
+
+if TYPE_CHECKING:
+    from samchat.decoding.protocols import Tokenizer
 
 Progress = Callable[[str], None]
 
@@ -74,11 +68,11 @@ class ModelSpec:
 class LoadedModel:
     """A model ready for decoding: a samchat.decoding SessionModel (and EngineModel)."""
 
-    # The weights as its engine runs them (a transformers model, or llama.cpp's LlamaWeights):
-    # only that engine reads them, through its own package.
-    model: Any
+    # The weights as its engine runs them (a transformers model, packed int4/int8 weights, or
+    # llama.cpp's LlamaWeights): only that engine reads them, narrowed to its own type there.
+    model: object
     tokenizer: Tokenizer  # transformers' tokenizer, or the GGUF's kept one
-    device: torch.device | str  # "cpu" for llama.cpp
+    device: Device | str  # a torch.device; "cpu" for llama.cpp
     name: str
     fingerprint: str
     eos_ids: tuple[int, ...]
@@ -114,16 +108,6 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
 
 
-@dataclass(frozen=True)
-class _Resolved:
-    """A concrete place to load from: a directory plus an optional GGUF file name in it."""
-
-    path: str
-    gguf_file: str | None
-    name: str
-    local: bool
-
-
 def _refuse_missing_path(src: str) -> None:
     """A source written as a path (not a hub id) that is not there."""
     looks_like_path = src.startswith((".", "/", "~")) or src.endswith(".gguf") or src.count("/") > 1
@@ -145,34 +129,23 @@ def _offline_snapshot(src: str) -> Path:
 
 def _refuse_before_torch(spec: ModelSpec) -> None:
     """What is wrong with spec that needs no torch to tell, so that a typo is answered at once
-    rather than after importing it: a missing path, or CUDA-only options on a named CPU."""
+    rather than after importing it: a missing path, or options an engine cannot take (CUDA-only
+    options on a named CPU)."""
     source = spec.source
     if source and not source.startswith(OLLAMA_PREFIX):
         _refuse_missing_path(source)
         if _offline() and not Path(source).expanduser().exists():
             _offline_snapshot(source)
-    from samchat.models.cpu_formats import packed_needs_cpu
-
-    packed_needs_cpu(spec)
-    if spec.device in ("cpu", "mps"):
-        _cuda_graphs_need_cuda(spec, spec.device)
-        _quantization_config(spec, spec.device)  # refuses before it imports anything
+    for kind in KINDS:
+        kind.check_options(spec)
 
 
-def _cuda_graphs_need_cuda(spec: ModelSpec, device_type: str) -> None:
-    if spec.cuda_graphs and device_type != "cuda":
-        raise ModelLoadError(
-            f"--cuda-graphs needs a CUDA GPU and this run uses {device_type}; drop --cuda-graphs"
-        )
-
-
-def _resolve_source(spec: ModelSpec, progress: Progress, native_gguf: bool = False) -> _Resolved:
-    """native_gguf: for an engine that runs GGUF files as they are (the bundled one too)."""
+def _resolve_source(spec: ModelSpec) -> ModelFiles:
+    """Where spec's model is: a GGUF file as it is (the bundled default's too), a directory,
+    or a hub id (its snapshot in the local cache when offline)."""
     if spec.source is None:
-        if native_gguf:  # the bundled GGUF as it is: no conversion
-            gguf = bundled_gguf()
-            return _Resolved(str(gguf.parent), gguf.name, DEFAULT_MODEL_NAME, True)
-        return _Resolved(str(default_model_dir(progress)), None, DEFAULT_MODEL_NAME, True)
+        gguf = bundled_gguf()
+        return ModelFiles(str(gguf.parent), gguf.name, DEFAULT_MODEL_NAME, True)
     src = spec.source
     if src.startswith(OLLAMA_PREFIX):
         blob = resolve_ollama(src)
@@ -180,7 +153,7 @@ def _resolve_source(spec: ModelSpec, progress: Progress, native_gguf: bool = Fal
             raise ModelLoadError(
                 f"{src} is not a GGUF model in Ollama's store ({blob}); samchat runs GGUF models"
             )
-        return _Resolved(str(blob.parent), blob.name, src.removeprefix(OLLAMA_PREFIX), True)
+        return ModelFiles(str(blob.parent), blob.name, src.removeprefix(OLLAMA_PREFIX), True)
     path = Path(src).expanduser()
     if path.is_file():
         if not is_gguf(path):  # by its header: an Ollama blob has no .gguf suffix
@@ -188,23 +161,19 @@ def _resolve_source(spec: ModelSpec, progress: Progress, native_gguf: bool = Fal
                 f"{src} is not a GGUF file (no GGUF header); pass a model directory, "
                 "a GGUF file or a hub id"
             )
-        return _Resolved(str(path.parent), path.name, path.name.removesuffix(".gguf"), True)
+        return ModelFiles(str(path.parent), path.name, path.name.removesuffix(".gguf"), True)
     if path.is_dir():
         if not (path / "config.json").exists():
             raise ModelLoadError(
                 f"{src} has no config.json; pass a Hugging Face model directory, "
                 "a .gguf file or a hub id"
             )
-        return _Resolved(str(path), None, path.name, True)
+        return ModelFiles(str(path), None, path.name, True)
     _refuse_missing_path(src)
     if _offline():
         snapshot = _offline_snapshot(src)
-        return _Resolved(str(snapshot), None, src.rsplit("/", 1)[-1], True)
-    return _Resolved(src, None, src.rsplit("/", 1)[-1], False)
-
-
-def _gguf_path(where: _Resolved) -> Path | None:
-    return Path(where.path) / where.gguf_file if where.gguf_file else None
+        return ModelFiles(str(snapshot), None, src.rsplit("/", 1)[-1], True)
+    return ModelFiles(src, None, src.rsplit("/", 1)[-1], False)
 
 
 def _conversion_key(gguf: Path) -> str:
@@ -214,88 +183,17 @@ def _conversion_key(gguf: Path) -> str:
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
-def gguf_parameters(gguf: Path) -> int:
-    """How many weights the GGUF file holds (from its tensor table; nothing is de-quantised)."""
-    from gguf import GGUFReader
-
-    try:
-        reader = GGUFReader(gguf)
-        return sum(int(t.n_elements) for t in reader.tensors)
-    except Exception as exc:  # gguf raises ValueError, struct.error, ...: all mean "unreadable"
-        raise ModelLoadError(
-            f"could not load {gguf}: not a readable GGUF file ({_short(exc)}); check the file"
-        ) from exc
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB"
-
-
-def check_conversion_memory(gguf: Path, name: str) -> None:
-    """transformers de-quantises a GGUF to float32: refuse before starting when that cannot fit."""
-    need = gguf_parameters(gguf) * 4
-    room = available_memory()
-    if room is not None and need > room:
-        raise ModelLoadError(
-            f"{name} needs about {_gib(need)} of memory as float32 for the torch engine, "
-            f"but only {_gib(room)} is available; run it with --engine llamacpp"
-        )
-
-
-def _is_converted(path: Path) -> bool:
-    weights = (path / "model.safetensors").is_file() or (
-        path / "model.safetensors.index.json"
-    ).is_file()
-    return (path / "config.json").is_file() and weights
-
-
-def converted_gguf(where: _Resolved, spec: ModelSpec, say: Progress) -> _Resolved:
-    """The torch engine runs a GGUF model from a copy converted once (float32 safetensors in the
-    model cache, keyed by the file's identity), as it runs the default model."""
-    gguf = _gguf_path(where)
-    assert gguf is not None
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in where.name)[:60]
-    target = model_cache_dir() / f"gguf-{safe}-{_conversion_key(gguf)}"
-    if _is_converted(target):
-        return _Resolved(str(target), None, where.name, True)
-    check_conversion_memory(gguf, where.name)
-    with FileLock(model_cache_dir() / f".{target.name}.lock"):
-        if _is_converted(target):
-            return _Resolved(str(target), None, where.name, True)
-        say(f"converting {where.name} from GGUF for the torch engine (once)")
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=model_cache_dir()))
-        try:
-            tokenizer = _load_tokenizer(where, spec)
-            model = AutoModelForCausalLM.from_pretrained(
-                where.path,
-                gguf_file=where.gguf_file,
-                dtype=torch.float32,
-                trust_remote_code=spec.trust_remote_code,
-            )
-            # The de-quantised weights are plain fp32: drop the GGUF quantizer marker so
-            # transformers agrees to save them.
-            model.hf_quantizer = None
-            if hasattr(model.config, "quantization_config"):
-                del model.config.quantization_config
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            del model
-            if target.exists():
-                shutil.rmtree(target)
-            tmp.rename(target)  # atomic: a half-written copy is never taken for a whole one
-        except ModelLoadError:
-            raise
-        except Exception as exc:
-            raise ModelLoadError(
-                f"could not convert {where.name} for the torch engine: {_short(exc)}; "
-                "try --engine llamacpp"
-            ) from exc
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return _Resolved(str(target), None, where.name, True)
+def converted_place(spec: ModelSpec, files: ModelFiles) -> Path | None:
+    """Where an engine that does not run GGUF files keeps a GGUF model converted: the default
+    model under its name (converted_dir), any other keyed by the file's identity (None: no
+    GGUF file)."""
+    gguf = files.gguf
+    if gguf is None:
+        return None
+    if spec.source is None:
+        return converted_dir()
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in files.name)[:60]
+    return model_cache_dir() / f"gguf-{safe}-{_conversion_key(gguf)}"
 
 
 def _remember(spec: ModelSpec, recent: Path | None) -> None:
@@ -327,11 +225,11 @@ def tokenizer_cache(gguf: Path) -> Path:
     return model_cache_dir() / f"tokenizer-{safe}-{key}"
 
 
-def _load_tokenizer(where: _Resolved, spec: ModelSpec) -> Any:
+def _load_tokenizer(where: ModelFiles, spec: ModelSpec) -> Any:
     """The model's tokenizer. A GGUF file's is converted from its vocabulary once (seconds, by
     transformers) and kept in the model cache, from where it loads in milliseconds without
     transformers (KeptTokenizer)."""
-    gguf = _gguf_path(where)
+    gguf = where.gguf
     cached = tokenizer_cache(gguf) if gguf is not None else None
     same: Path | None = None
     if cached is not None and gguf is not None:
@@ -347,7 +245,7 @@ def _load_tokenizer(where: _Resolved, spec: ModelSpec) -> Any:
             shutil.rmtree(cached, ignore_errors=True)  # a damaged copy, if any
             _keep_tokenizer(kept, cached)  # found by its path from the next start on
             return kept
-    _quiet_transformers()
+    quiet_transformers()
     from transformers import AutoTokenizer
 
     if cached is not None and cached.is_dir():
@@ -364,7 +262,7 @@ def _load_tokenizer(where: _Resolved, spec: ModelSpec) -> Any:
         tokenizer = AutoTokenizer.from_pretrained(where.path, **kwargs)
     except Exception as exc:  # transformers raises many types; all mean "cannot load"
         raise ModelLoadError(
-            f"could not load the tokenizer of {spec.source or where.name}: {_short(exc)}"
+            f"could not load the tokenizer of {spec.source or where.name}: {one_line(exc)}"
         ) from exc
     if cached is not None:
         _keep_tokenizer(tokenizer, cached)
@@ -430,7 +328,7 @@ def _keep_tokenizer(tokenizer: Any, target: Path) -> None:
         pass
 
 
-def _chat_tokenizer(where: _Resolved, spec: ModelSpec, say: Progress) -> Any:
+def _chat_tokenizer(where: ModelFiles, spec: ModelSpec, say: Progress) -> Any:
     """The tokenizer, which must carry a chat template (both engines render prompts with it)."""
     say(f"loading tokenizer of {where.name}")
     tokenizer = _load_tokenizer(where, spec)
@@ -460,67 +358,9 @@ def load_tokenizer(spec: ModelSpec | None = None) -> tuple[Any, str]:
     _refuse_remote(spec)
     # The default model's tokenizer from its GGUF (kept beside it): the torch engine's converted
     # copy has the same vocabulary and fingerprint, and converting it would take the weights too.
-    where = _resolve_source(spec, _noop, native_gguf=True)
+    where = _resolve_source(spec)
     tok = _load_tokenizer(where, spec)
     return tok, tokenizer_fingerprint(tok)
-
-
-def _short(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 160 else text[:157] + "..."
-
-
-def _quiet_transformers() -> None:
-    """samchat reports its own progress; transformers' tqdm bars would garble the CLI and TUI."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-
-
-def _quiet_gguf_conversion() -> None:
-    """GGUF de-quantisation draws its own tqdm bar on stderr, which disable_progress_bar() does
-    not reach (it imports torch: only for loads that convert)."""
-    from transformers import modeling_gguf_pytorch_utils as gguf_utils
-
-    bar = getattr(gguf_utils, "tqdm", None)
-    if bar is not None and not isinstance(bar, functools.partial):
-        gguf_utils.tqdm = functools.partial(bar, disable=True)
-
-
-def _eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:
-    ids: list[int] = []
-    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    for value in (gen_eos, tokenizer.eos_token_id):
-        if isinstance(value, int):
-            ids.append(value)
-        elif isinstance(value, list | tuple):
-            ids.extend(int(v) for v in value)
-    return tuple(dict.fromkeys(ids))
-
-
-def _quantization_config(spec: ModelSpec, device_type: str) -> Any:
-    if spec.quantize is None:
-        return None
-    if spec.quantize not in ("4bit", "8bit"):
-        raise ModelLoadError(f"unknown --quantize {spec.quantize!r}; use 4bit or 8bit")
-    if device_type != "cuda":
-        raise ModelLoadError(
-            f"--quantize {spec.quantize} needs a CUDA GPU (bitsandbytes); "
-            "drop --quantize or run on a machine with CUDA"
-        )
-    try:
-        import bitsandbytes  # noqa: F401
-    except ImportError as exc:
-        raise ModelLoadError(
-            "--quantize needs bitsandbytes; install it with: pip install 'samchat[cuda]'"
-        ) from exc
-    import torch
-    from transformers import BitsAndBytesConfig
-
-    if spec.quantize == "4bit":
-        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)
-    return BitsAndBytesConfig(load_in_8bit=True)
 
 
 def _names_gguf(source: str) -> bool:
@@ -548,7 +388,7 @@ def choose_engine(spec: ModelSpec) -> str:
     native = native_gguf_kind()
     on_cpu = spec.device == "cpu" or (
         spec.device == "auto"
-        and not (accelerator_possible() and resolve_device("auto").type != "cpu")
+        and not (accelerator_possible() and DEFAULT.auto_device_type() != "cpu")
     )
     if native is None or not gguf or _torch_options(spec) or not on_cpu:
         return DEFAULT.name
@@ -587,17 +427,6 @@ def _refuse(kind: EngineKind, spec: ModelSpec, gguf: bool) -> None:
         raise ModelLoadError(f"the {kind.label} engine is unavailable: {reason}")
 
 
-def requested_steps(spec: ModelSpec, device_type: str) -> StepMode:
-    """How the torch engine should run its steps (TorchEngine's `steps`): "graphs" when asked,
-    "auto" (graphs if the model's cache allows them) by default on CUDA for unquantized weights
-    (bitsandbytes layers are not checked under capture), else "dynamic"."""
-    if spec.cuda_graphs:
-        return "graphs"
-    if spec.cuda_graphs is None and device_type == "cuda" and not spec.quantize:
-        return "auto"
-    return "dynamic"
-
-
 def load_model(
     spec: ModelSpec | None = None, progress: Progress | None = None, recent: Path | None = None
 ) -> LoadedModel:
@@ -608,88 +437,40 @@ def load_model(
     _refuse_remote(spec)
     _refuse_before_torch(spec)
     kind = engine_kind(choose_engine(spec))
-    if kind.native_gguf:
-        return _load_native_gguf(kind, spec, say, recent)
-    if spec.dtype in WEIGHT_FORMATS:
-        from samchat.models.cpu_formats import load_packed
-
-        return load_packed(spec, say, recent)
-    _quiet_transformers()
-    device = resolve_device(spec.device)
-    _cuda_graphs_need_cuda(spec, device.type)
-    dtype = resolve_dtype(spec.dtype, device)
-    quant = _quantization_config(spec, device.type)
-    _quiet_gguf_conversion()
-    where = _resolve_source(spec, say)
-    from_gguf = where.gguf_file is not None
-    if where.gguf_file:
-        where = converted_gguf(where, spec, say)
-    tokenizer = _chat_tokenizer(where, spec, say)
-    say(f"loading weights of {where.name} ({dtype} on {device})")
-    from transformers import AutoModelForCausalLM
-
-    kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": spec.trust_remote_code}
-    if where.gguf_file:
-        kwargs["gguf_file"] = where.gguf_file
-    if where.local:
-        kwargs["local_files_only"] = True
-    if quant is not None:
-        kwargs["quantization_config"] = quant
-        kwargs["device_map"] = {"": device.index or 0}
-    try:
-        model = AutoModelForCausalLM.from_pretrained(where.path, **kwargs)
-    except Exception as exc:
-        raise ModelLoadError(
-            f"could not load {spec.source or where.name}: {_short(exc)}; "
-            "check the file or choose another model with --model"
-        ) from exc
-    if quant is None:
-        model = model.to(device)
-    model.eval()
-    if from_gguf:
-        _remember(spec, recent)
-    say("model ready")
-    return LoadedModel(
-        model=model,
-        tokenizer=tokenizer,
-        device=device,
-        name=where.name,
-        fingerprint=tokenizer_fingerprint(tokenizer),
-        eos_ids=_eos_ids(model, tokenizer),
-        source=spec.source or where.path,
-        dtype=str(dtype).removeprefix("torch."),
-        steps=requested_steps(spec, device.type),
-    )
-
-
-def _load_native_gguf(
-    kind: EngineKind, spec: ModelSpec, say: Progress, recent: Path | None
-) -> LoadedModel:
-    """A GGUF file for an engine that runs it as it is."""
-
-    where = _resolve_source(spec, say, native_gguf=True)
-    if where.gguf_file is None:
+    found = _resolve_source(spec)
+    if kind.native_gguf and found.gguf_file is None:
         raise ModelLoadError(
             f"the {kind.label} engine runs .gguf files; {spec.source} is a directory "
             f"(use --engine {DEFAULT.name}, or pass the .gguf file inside it)"
         )
-    tokenizer = _chat_tokenizer(where, spec, say)
-    path = Path(where.path) / where.gguf_file
-    say(f"loading {where.gguf_file} with {kind.label}")
-    weights = kind.load_gguf(path)
-    _remember(spec, recent)
+
+    def save_tokenizer(folder: Path) -> None:
+        _load_tokenizer(found, spec).save_pretrained(folder)
+
+    request = WeightsRequest(
+        files=found,
+        options=spec,
+        cache_dir=model_cache_dir(),
+        converted=converted_place(spec, found),
+        save_tokenizer=save_tokenizer,
+        say=say,
+    )
+    files = kind.prepare_files(request)  # a GGUF model converted, for an engine that must
+    tokenizer = _chat_tokenizer(files, spec, say)
+    weights = kind.load_weights(replace(request, files=files))
+    if found.gguf_file:
+        _remember(spec, recent)
     say("model ready")
-    eos = [weights.eos_id] if weights.eos_id >= 0 else []
-    eos.extend(_eos_ids(None, tokenizer))
-    eos.extend(weights.eog_ids)
     return LoadedModel(
-        model=weights,
+        model=weights.model,
         tokenizer=tokenizer,
-        device="cpu",
-        name=where.name,
+        device=weights.device,
+        name=found.name,
         fingerprint=tokenizer_fingerprint(tokenizer),
-        eos_ids=tuple(dict.fromkeys(eos)),
-        source=spec.source or str(path),
-        dtype=weights.file_type,
+        # From the model as found: a GGUF file stops alike in every engine (stop_tokens.py).
+        eos_ids=stop_ids(found.gguf, tokenizer, weights.eos_ids),
+        source=spec.source or files.location,
+        dtype=weights.dtype,
         engine=kind.name,
+        steps=weights.steps,
     )

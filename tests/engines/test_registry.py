@@ -3,6 +3,7 @@ package branches on an engine's name."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -13,28 +14,44 @@ from samchat.engines.registry import AUTO, DEFAULT, ENGINES, KINDS, engine_kind,
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _resolves(ref: str) -> object:
+    module, _, name = ref.partition(":")
+    found: object = importlib.import_module(module)
+    for part in name.split("."):
+        found = getattr(found, part)
+    return found
+
+
 def test_every_kind_names_an_engine_that_opens() -> None:
-    """Each kind's references resolve (its engine class, availability and weights loader), and
-    its engine class offers the Engine protocol's operations."""
+    """Each kind's references resolve (its engine class, opener, availability and loading
+    hooks), and its engine class offers the Engine protocol's operations."""
     assert (AUTO, *(k.name for k in KINDS)) == ENGINES and DEFAULT is KINDS[0]
     for kind in KINDS:
         assert engine_kind(kind.name) is kind
-        module, _, name = kind.engine_class.partition(":")
-        cls = getattr(__import__(module, fromlist=[name]), name)
+        cls = _resolves(kind.engine_class)
         for op in ("prefill", "forward", "commit", "crop", "cost_curve", "describe"):
             assert callable(getattr(cls, op)), (kind.name, op)
-        if kind.opener is not None:
-            module, _, name = kind.opener.partition(":")
-            assert callable(getattr(__import__(module, fromlist=[name]), name)), kind.name
+        hooks = (kind.opener, kind.weights, kind.option_checks, kind.prepare, kind.auto_device)
+        for ref in filter(None, hooks):
+            assert callable(_resolves(ref)), (kind.name, ref)
         reason = kind.unavailable_reason()
         assert reason is None or isinstance(reason, str)
         assert set(kind.devices) <= {"cpu", "cuda", "mps"} and "cpu" in kind.devices
+        assert kind.auto_device_type() in kind.devices
+        assert bool(kind.dtypes) == kind.torch_options
     native = native_gguf_kind()
-    assert native is not None and native.gguf_weights and not native.torch_options
-    with pytest.raises(TypeError, match="converts GGUF files"):
-        DEFAULT.load_gguf(Path("model.gguf"))
+    assert native is not None and native.prepare is None and not native.torch_options
     with pytest.raises(KeyError, match="unknown engine 'nope'"):
         engine_kind("nope")
+
+
+def test_the_torch_dtypes_name_its_packed_formats() -> None:
+    """The registry and the option checks name the int4/int8 formats without importing torch;
+    quant.py defines them."""
+    from samchat.engines.torch.packed_loading import PACKED_DTYPES
+    from samchat.engines.torch.quant import FORMATS
+
+    assert PACKED_DTYPES == FORMATS and set(FORMATS) <= set(DEFAULT.dtypes)
 
 
 def test_no_engine_name_is_compared_outside_the_engines_package() -> None:

@@ -21,7 +21,9 @@ def test_default_model_loads_offline_with_chat_template(default_lm: Any) -> None
     assert default_lm.name == "SmolLM2-135M-Instruct"
     assert default_lm.device.type == "cpu"
     assert default_lm.tokenizer.chat_template
-    assert default_lm.tokenizer.convert_ids_to_tokens(list(default_lm.eos_ids)) == ["<|im_end|>"]
+    # The GGUF's end tokens, as llama.cpp reads them (the end of turn first).
+    ends = ["<|im_end|>", "<|endoftext|>", "<reponame>"]
+    assert default_lm.tokenizer.convert_ids_to_tokens(list(default_lm.eos_ids)) == ends
     n_params = sum(p.numel() for p in default_lm.model.parameters())
     assert 130_000_000 < n_params < 140_000_000
     assert (converted_dir() / "model.safetensors").is_file()
@@ -140,7 +142,7 @@ def test_cuda_graphs_are_the_default_where_they_can_run() -> None:
     the model's KV cache)."""
     from samchat.cli import build_parser
     from samchat.cli_options import spec_from_args
-    from samchat.models.loader import requested_steps
+    from samchat.engines.torch.loading import requested_steps
 
     def steps(argv: list[str], device_type: str) -> str:
         args = build_parser().parse_args(["ask", *argv, "hi"])

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
+from samchat.engines.torch.conversion import convert_gguf
 from samchat.errors import ModelLoadError
-from samchat.models.default import bundled_gguf, default_model_dir
+from samchat.models.default import bundled_gguf, converted_dir
 
 PROGRESS = "measuring this machine's verification cost"
 
@@ -190,7 +191,7 @@ def test_lmstudio_and_hugging_face_models_are_listed(tmp_path: Path) -> None:
     link_or_copy(gguf, studio / "mmproj-smol-f16.gguf")  # a vision projector, not a model
     (studio / "README.gguf").write_text("not a model")  # the suffix alone proves nothing
 
-    converted = default_model_dir(lambda _: None)
+    converted = convert_gguf(bundled_gguf(), converted_dir(), lambda _: None)
     hub = tmp_path / "hub"
     chat = hf_repo(hub, "acme/tiny-chat", {p.name: p for p in converted.iterdir()})
     hf_repo(hub, "acme/encoder", {"config.json": b'{"architectures": ["BertModel"]}'})
@@ -215,7 +216,7 @@ def test_lmstudio_and_hugging_face_models_are_listed(tmp_path: Path) -> None:
 
 
 def test_a_hub_id_in_the_local_cache_loads_offline(tmp_path: Path) -> None:
-    converted = default_model_dir(lambda _: None)
+    converted = convert_gguf(bundled_gguf(), converted_dir(), lambda _: None)
     hf_repo(tmp_path / "hub", "acme/tiny-chat", {p.name: p for p in converted.iterdir()})
     env = env_for(tmp_path, HF_HUB_CACHE=str(tmp_path / "hub"))
     ask = ("ask", "--engine", "torch", "--method", "plain", "--max-new-tokens", "6", "--no-save")
@@ -232,8 +233,9 @@ def test_a_hub_id_in_the_local_cache_loads_offline(tmp_path: Path) -> None:
 def test_the_torch_engine_converts_a_gguf_once_after_a_memory_check(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from samchat.models import loader
-    from samchat.models.loader import ModelSpec, gguf_parameters, load_model
+    from samchat.engines.torch import conversion
+    from samchat.engines.torch.conversion import gguf_parameters
+    from samchat.models.loader import ModelSpec, load_model
 
     cache = tmp_path / "model-cache"
     monkeypatch.setenv("SAMCHAT_MODEL_CACHE", str(cache))
@@ -243,7 +245,7 @@ def test_the_torch_engine_converts_a_gguf_once_after_a_memory_check(
 
     # Too little memory for float32 weights: refused before anything is de-quantised.
     with monkeypatch.context() as patch:
-        patch.setattr(loader, "available_memory", lambda: 64 * 2**20)
+        patch.setattr(conversion, "available_memory", lambda: 64 * 2**20)
         with pytest.raises(ModelLoadError) as refused:
             load_model(spec)
     message = str(refused.value)

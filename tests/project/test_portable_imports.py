@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+from samchat.engines.torch.conversion import convert_gguf
 from samchat.models import default
 
 WITHOUT_FCNTL = """
@@ -47,20 +48,19 @@ def test_conversion_waits_for_the_lock_then_uses_the_finished_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SAMCHAT_MODEL_CACHE", str(tmp_path))
-    monkeypatch.setattr(default, "bundled_gguf", lambda: tmp_path / "model.gguf")
     target = default.converted_dir()
     progress: list[str] = []
     result: list[Path] = []
 
     def convert() -> None:
-        result.append(default.default_model_dir(progress.append))
+        result.append(convert_gguf(tmp_path / "model.gguf", target, progress.append))
 
-    # Another process holds the lock while it converts (same path as default.py).
+    # Another process holds the lock while it converts (beside the target, as conversion.py).
     with FileLock(tmp_path / f".{default.DEFAULT_MODEL_NAME}.lock"):
         waiter = threading.Thread(target=convert, daemon=True)
         waiter.start()
         waiter.join(0.5)
-        assert waiter.is_alive(), "default_model_dir did not wait for the lock"
+        assert waiter.is_alive(), "convert_gguf did not wait for the lock"
         target.mkdir()
         (target / "config.json").write_text("{}")
         (target / "model.safetensors").write_bytes(b"")

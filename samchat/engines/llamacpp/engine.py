@@ -18,15 +18,16 @@ import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from samchat.engines.base import DRAFT_ROWS, Logits, ReadStopped
+from samchat.engines.base import DRAFT_ROWS, EngineModel, Logits, ReadStopped
 from samchat.engines.cost import CURVES, CostCurve, measure_engine
 from samchat.engines.llamacpp.model import (
     has_pending,
     llama,
+    loaded_weights,
     raise_pending,
     system_info,
     threads,
@@ -75,11 +76,15 @@ class LlamaCppEngine:
     exact_rows = MAX_ROWS
 
     def __init__(
-        self, lm: Any, n_ctx: int | None = None, cache_dir: Path | None = None, kv: int = Q8_0
+        self,
+        lm: EngineModel,
+        n_ctx: int | None = None,
+        cache_dir: Path | None = None,
+        kv: int = Q8_0,
     ) -> None:
         self.lm = lm
         self.cache_dir = cache_dir  # where measured costs are kept (None: this process only)
-        self.weights = lm.model
+        self.weights = loaded_weights(lm.model)
         self.device_type = "cpu"
         self.plain_reason: str | None = self.weights.plain_reason
         self.tree_reason: str | None = None
@@ -386,17 +391,17 @@ class LlamaCppEngine:
             self.close()
 
 
-def _long_contexts(lm: Any) -> tuple[int, ...]:
+def _long_contexts(lm: EngineModel) -> tuple[int, ...]:
     room = int(lm.context_limit) - 2 * MAX_SEQ
     return tuple(sorted({min(c, room) for c in LONG_CONTEXTS}))
 
 
-def curve_digest(lm: Any) -> str:
+def curve_digest(lm: EngineModel) -> str:
     """What a curve measured for a loaded GGUF holds for: this build, CPU, thread count, file
     and context; its cached copy is `costs/<digest>.json` in the cache directory."""
     from samchat.engines.cpu import cpu_name
 
-    weights = lm.model
+    weights = loaded_weights(lm.model)
     path = weights.path
     longs = _long_contexts(lm)
     ident = f"llamacpp|{version()}|{cpu_name()}|{threads()}|{path.resolve()}|{longs}"

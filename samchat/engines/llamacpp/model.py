@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import importlib.util
 import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from samchat import interrupts
 from samchat.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    from samchat.engines.weights import Weights, WeightsRequest
 
 log = logging.getLogger(__name__)
 _INIT = threading.Lock()
@@ -114,10 +118,6 @@ class LlamaWeights:
         # "llama 135M Q4_1" -> "Q4_1", "llama 8B Q4_K - Medium" -> "Q4_K - Medium"
         parts = self.desc.split(" ", 2)
         self.file_type = parts[2] if len(parts) == 3 else self.desc
-        # Every end-of-generation token (end of turn included), not only the vocab's EOS.
-        self.eog_ids = tuple(
-            t for t in range(self.n_vocab) if lib.llama_vocab_is_eog(self.vocab, t)
-        )
         # Drafting needs cache rows that can be dropped again; recurrent state cannot be rolled
         # back, and a sliding window may already have overwritten the cells a rollback needs.
         self.plain_reason: str | None = None
@@ -125,6 +125,14 @@ class LlamaWeights:
             self.plain_reason = "its recurrent state cannot be rolled back to a prefix"
         elif int(lib.llama_model_n_swa(handle)) > 0:
             self.plain_reason = "its sliding-window cache cannot be rolled back to a prefix"
+
+    @functools.cached_property
+    def eog_ids(self) -> tuple[int, ...]:
+        """Every token llama.cpp ends generation on (end of turn included), by its own reading
+        of the vocabulary: read on demand (a call per token), since replies stop on the ids
+        the loader derives from the file (samchat/models/stop_tokens.py), which equal these."""
+        is_eog = self._lib.llama_vocab_is_eog
+        return tuple(t for t in range(self.n_vocab) if is_eog(self.vocab, t))
 
     @classmethod
     def load(cls, path: Path) -> LlamaWeights:
@@ -159,3 +167,23 @@ class LlamaWeights:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter exit the library may be gone
             self.close()
+
+
+def load_weights(request: WeightsRequest) -> Weights:
+    """The weights of request.files's GGUF file (the registry's loading hook; the loader
+    refuses a model that is no GGUF file first)."""
+    from samchat.engines.weights import Weights
+
+    gguf = request.files.gguf
+    if gguf is None:
+        raise ModelLoadError(f"the llama.cpp engine runs .gguf files; {request.files.path} is none")
+    request.say(f"loading {gguf.name} with llama.cpp")
+    weights = LlamaWeights.load(gguf)
+    return Weights(model=weights, device="cpu", dtype=weights.file_type)
+
+
+def loaded_weights(model: object) -> LlamaWeights:
+    """A loaded model's weights, which the llama.cpp engine runs only if llama.cpp loaded them."""
+    if not isinstance(model, LlamaWeights):
+        raise TypeError(f"the llama.cpp engine runs GGUF weights, not {type(model).__name__}")
+    return model

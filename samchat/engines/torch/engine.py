@@ -6,11 +6,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from samchat.engines.base import DRAFT_ROWS, Logits
+from samchat.engines.base import DRAFT_ROWS, Engine, EngineModel, Logits
 from samchat.engines.cost import CURVES, CostCurve, keep_cached, measure_engine
 from samchat.engines.kernels import DEFAULT_PLAN, KernelPlan
 from samchat.engines.torch import fastpath
@@ -22,6 +22,24 @@ from samchat.names import STEP_MODES, StepMode, named
 
 if TYPE_CHECKING:
     from samchat.engines.layout import TreeLayout
+    from samchat.engines.weights import Device
+
+
+class TorchModel(EngineModel, Protocol):
+    """A loaded model as the torch engine reads it (a samchat.models LoadedModel)."""
+
+    @property
+    def device(self) -> Device | str: ...  # a torch.device
+
+    @property
+    def steps(self) -> str: ...  # as it was loaded to run its steps (STEP_MODES)
+
+
+def hf_model(model: object) -> Any:
+    """A loaded model's weights as a Hugging Face model (transformers is Any to mypy)."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"the torch engine runs torch modules, not {type(model).__name__}")
+    return model
 
 
 def tree_positions(layout: TreeLayout, cached_len: int, device: torch.device) -> torch.Tensor:
@@ -56,7 +74,7 @@ class TorchEngine:
     exact_rows = DRAFT_ROWS  # a draft tree's most nodes, with its root
 
     def __init__(
-        self, lm: Any, cache_dir: Path | None = None, steps: StepMode | None = None
+        self, lm: TorchModel, cache_dir: Path | None = None, steps: StepMode | None = None
     ) -> None:
         """steps: "dynamic" (every step its own shapes), "graphs" (fixed shapes replayed as
         CUDA graphs: graphs.py) or "static" (the same fixed shapes, run eagerly: how the tests
@@ -64,13 +82,13 @@ class TorchEngine:
         else dynamic); None: as the model was loaded (lm.steps)."""
         self.lm = lm
         self.cache_dir = cache_dir  # where measured costs are kept (None: this process only)
-        self.model = lm.model
-        self.device: torch.device = lm.device
+        self.model = hf_model(lm.model)
+        self.device = torch.device(str(lm.device))
         self.device_type = self.device.type
         self.dtype: torch.dtype = next(self.model.parameters()).dtype
         self._kv = KVCache(self.model)
         self._fwd = ModelForward(self.model)
-        self.steps: StepMode = steps or named(str(getattr(lm, "steps", "dynamic")), STEP_MODES)
+        self.steps: StepMode = steps or named(lm.steps, STEP_MODES)
         if self.steps == "auto":
             usable = self.device.type == "cuda" and self._kv.slab is not None
             self.steps = "graphs" if usable else "dynamic"
@@ -252,7 +270,7 @@ class TorchEngine:
         return curve.kernels.describe()
 
 
-def open_engine(lm: Any, cache_dir: Path | None = None) -> Any:
+def open_engine(lm: TorchModel, cache_dir: Path | None = None) -> Engine:
     """The torch engine for lm: the lean forward for packed int4/int8 weights, else the
     Hugging Face model's own."""
     from samchat.engines.torch.lean import LeanModel

@@ -332,9 +332,11 @@ def test_float_weights_requantize_to_the_gguf_grid(gguf_tensors: dict[str, Any])
 
 @pytest.mark.parametrize("fmt", ["int4", "int8"])
 def test_a_hugging_face_directory_loads_in_the_cpu_formats(fmt: str) -> None:
-    from samchat.models.default import default_model_dir
+    from samchat.engines.torch.conversion import convert_gguf
+    from samchat.models.default import converted_dir
 
-    lm = load_model(ModelSpec(source=str(default_model_dir(lambda _: None)), dtype=fmt))
+    converted = convert_gguf(bundled_gguf(), converted_dir(), lambda _: None)
+    lm = load_model(ModelSpec(source=str(converted), dtype=fmt))
     assert lm.dtype == fmt and lm.engine == "torch"
     session = ChatSession(lm, DecodingConfig(method="plain"))
     messages = [

@@ -1,0 +1,55 @@
+"""Loading a model in the torch engine's CPU weight formats (`--dtype int4` / `int8`): what
+they refuse, and the packed model itself (packed.py does the packing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from samchat.engines.weights import WeightOptions, Weights, WeightsRequest
+from samchat.errors import ModelLoadError
+
+# quant.FORMATS, named here as well: the options are checked before torch is imported.
+PACKED_DTYPES = ("int4", "int8")
+
+
+def is_packed(options: WeightOptions) -> bool:
+    return options.dtype in PACKED_DTYPES
+
+
+def check_packed_options(options: WeightOptions) -> None:
+    """int4 / int8 are the CPU's weight-only formats: refuse what they cannot take."""
+    if not is_packed(options):
+        return
+    if options.device not in ("auto", "cpu"):
+        raise ModelLoadError(
+            f"--dtype {options.dtype} runs on the CPU; drop --device {options.device} "
+            "or use --dtype bfloat16 there"
+        )
+    if options.quantize or options.cuda_graphs:
+        raise ModelLoadError(
+            f"--dtype {options.dtype} is a quantized format already; drop --quantize and "
+            "--cuda-graphs"
+        )
+
+
+def check_packed_source(request: WeightsRequest) -> None:
+    files = request.files
+    if not files.local:
+        raise ModelLoadError(
+            f"--dtype {request.options.dtype} packs a local model; download {files.path} "
+            "first (or pass a .gguf file or model directory)"
+        )
+
+
+def load_packed(request: WeightsRequest) -> Weights:
+    """A LLaMA-family model in the weight-only int4/int8 format on the CPU: a GGUF file (the
+    bundled default too) or a local Hugging Face directory, packed once for this CPU and kept
+    in the model cache."""
+    import torch
+
+    from samchat.engines.torch.packed import load_lean
+
+    files, fmt = request.files, request.options.dtype
+    request.say(f"loading weights of {files.name} ({fmt} on cpu)")
+    model = load_lean(Path(files.location), files.name, fmt, request.cache_dir, request.say)
+    return Weights(model=model, device=torch.device("cpu"), dtype=fmt)
