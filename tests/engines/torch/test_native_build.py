@@ -73,3 +73,31 @@ def test_a_damaged_library_is_compiled_again(tmp_path: Path) -> None:
     assert why == "None"
     assert "is unusable" in notes and "compiling again" in notes
     assert path.stat().st_size > 1000
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("arch", ["native", "haswell"], ids=["this-cpu", "avx2"])
+def test_rows_are_exact_on_each_instruction_set(tmp_path: Path, arch: str) -> None:
+    """The forward compiled for this CPU and for AVX2 alone (tiles.h's other paths), each in a
+    process of its own with the packed weights shared: every row of a verification of 1-16
+    inputs, and of a tree, equals the one-token step."""
+    import os
+    import subprocess
+    import sys
+
+    from samchat.paths import model_cache_dir
+
+    cache = tmp_path / "models"
+    cache.mkdir()
+    (cache / "packed").symlink_to(model_cache_dir() / "packed", target_is_directory=True)
+    env = {**os.environ, "SAMCHAT_MODEL_CACHE": str(cache), build.ARCH_ENV: arch}
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.engines.torch.rows_child"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "native lean" in done.stdout and done.stdout.strip().endswith("exact")
+    assert list((cache / "native").glob("lean-*.so"))

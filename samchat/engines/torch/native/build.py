@@ -23,7 +23,16 @@ import torch
 SOURCE = Path(__file__).with_name("lean.cpp")
 HEADERS = (Path(__file__).with_name("tiles.h"),)
 # No contraction into fused multiply-adds: a vector loop and its remainder then compute alike.
-FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
+FLAGS = ("-O3", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
+# The instruction sets to compile for: this CPU's, unless SAMCHAT_NATIVE_ARCH names others
+# (haswell: the AVX2 paths, which the tests check on an AVX-512 machine too).
+ARCH_ENV = "SAMCHAT_NATIVE_ARCH"
+
+
+def _arch() -> str:
+    return f"-march={os.environ.get(ARCH_ENV) or 'native'}"
+
+
 _lock = threading.Lock()
 _loaded: Path | None = None
 
@@ -50,6 +59,7 @@ def library_path(cache_dir: Path) -> Path:
             torch.__version__,
             _compiler(),
             " ".join(FLAGS),
+            _arch(),
             _cpu_flags(),
         ]
     )
@@ -62,6 +72,7 @@ def _command(out: Path) -> list[str]:
     return [
         _compiler(),
         *FLAGS,
+        _arch(),
         "-std=c++20",
         "-w",
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
@@ -97,7 +108,7 @@ def build(cache_dir: Path) -> Path:
             raise RuntimeError(f"{_compiler()} failed: {last}")
         os.replace(tmp, path)  # atomic: a concurrent build of the same key writes the same
         for older in path.parent.glob("lean-*.so"):  # builds for another source or torch
-            if older != path:
+            if older != path and os.environ.get(ARCH_ENV) is None:
                 with contextlib.suppress(OSError):
                     older.unlink()
     finally:
