@@ -149,6 +149,8 @@ LLAMACPP = EngineKind(
 )
 # The first is what runs anything the others cannot.
 KINDS: tuple[EngineKind, ...] = (TORCH, LLAMACPP)
+# (engine, dtype) pairs that run a GGUF file on the CPU, compared by `samchat bench engines`.
+GGUF_CPU_CANDIDATES: tuple[tuple[str, str], ...] = ((LLAMACPP.name, AUTO), (TORCH.name, "int4"))
 ENGINES: tuple[str, ...] = (AUTO, *(kind.name for kind in KINDS))
 DEFAULT = KINDS[0]
 

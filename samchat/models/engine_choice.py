@@ -16,12 +16,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from samchat.engines.registry import GGUF_CPU_CANDIDATES
 from samchat.errors import SamchatError
 from samchat.models.catalog import is_gguf
 from samchat.models.loader import ModelSpec
 
-# (engine, dtype) pairs that run a GGUF file on the CPU, in the order tried.
-CANDIDATES: tuple[tuple[str, str], ...] = (("llamacpp", "auto"), ("torch", "int4"))
 STEPS = 24  # one-token steps timed per candidate (after as many to warm up)
 _PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
@@ -126,7 +125,7 @@ def measure(spec: ModelSpec, cache_dir: Path, say: Say) -> list[EngineSpeed]:
             f"{spec.source} is not a GGUF file; the engines are compared on GGUF models"
         )
     speeds: list[EngineSpeed] = []
-    for engine, dtype in CANDIDATES:
+    for engine, dtype in GGUF_CPU_CANDIDATES:
         candidate = replace(spec, engine=engine, dtype=dtype)
         try:
             choose_engine(candidate)
