@@ -1,5 +1,5 @@
-// The lean LLaMA forward in one native call: torch's weight-only int4/int8 kernels for the
-// linears, and plain loops for everything else (norms, rotary, attention, SiLU).
+// The lean LLaMA forward in one native call: the linears on tiles (tiles.h) or on torch's
+// weight-only int4/int8 kernels, and plain loops for the rest (norms, rotary, attention, SiLU).
 //
 // Lossless drafting needs each row of a k-row verification to equal a one-token step bit for
 // bit. The linears give that by construction (one code path per row whatever the row count).
@@ -23,13 +23,6 @@
 namespace {
 
 constexpr int64_t LANES = 16;  // partial sums kept apart in every reduction (fixed order)
-
-inline float bf2f(uint16_t b) {
-  uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
 
 inline uint16_t f2bf(float f) {  // round to nearest even, as torch converts
   uint32_t u;
