@@ -111,12 +111,15 @@ def spec_from_args(args: argparse.Namespace, config: Config | None = None) -> Mo
     """The model the command line names; where it names no model, device or engine, config.toml's
     (`config`: the front ends that read it, the app, ask and serve)."""
     base = config.model_spec() if config is not None else ModelSpec()
-    # The model options are absent from args unless given (argparse.SUPPRESS).
+    # The model options are absent from args unless given (argparse.SUPPRESS). An engine and
+    # its format go together: an engine named here takes its dtype from here too (auto).
+    engine = getattr(args, "engine", None)
+    dtype = getattr(args, "dtype", None) or ("auto" if engine else base.dtype)
     return ModelSpec(
         source=getattr(args, "model", base.source),
-        engine=getattr(args, "engine", None) or base.engine,
+        engine=engine or base.engine,
         device=getattr(args, "device", None) or base.device,
-        dtype=getattr(args, "dtype", "auto") or "auto",
+        dtype=dtype,
         quantize=getattr(args, "quantize", None),
         trust_remote_code=bool(getattr(args, "trust_remote_code", False)),
         cuda_graphs=getattr(args, "cuda_graphs", None),

@@ -18,6 +18,7 @@ from samchat.corpus.rule import RetrievalRule
 from samchat.decoding.params import DecodingConfig, SamplingParams, from_mapping, to_mapping
 from samchat.engines.registry import ENGINES
 from samchat.errors import SamchatError
+from samchat.models.device import DTYPES
 from samchat.models.loader import ModelSpec
 from samchat.remote.endpoint import Endpoint, endpoints_from_toml
 
@@ -43,6 +44,9 @@ class Config:
     model: str = ""  # "" = the default offline model
     device: str = "auto"
     engine: str = "auto"  # one of samchat.engines.ENGINES
+    # The engine's format, as --dtype: with no dtype an engine means what `--engine` alone means
+    # on the command line (torch: float32 on a CPU), so the two are read and written together.
+    dtype: str = "auto"
     # [decoding] and [sampling], checked (parse_decoding / parse_sampling); dicts only in TOML.
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -54,7 +58,9 @@ class Config:
     def model_spec(self) -> ModelSpec:
         """The model, device and engine this file names (the command line's options override
         them: cli_options.spec_from_args)."""
-        return ModelSpec(source=self.model or None, device=self.device, engine=self.engine)
+        return ModelSpec(
+            source=self.model or None, device=self.device, engine=self.engine, dtype=self.dtype
+        )
 
     def to_toml_dict(self) -> dict[str, Any]:
         return {
@@ -62,6 +68,7 @@ class Config:
             "model": self.model,
             "device": self.device,
             "engine": self.engine,
+            "dtype": self.dtype,
             "keymap": dict(self.keymap),
             "decoding": {k: v for k, v in to_mapping(self.decoding).items() if v is not None},
             "sampling": {k: v for k, v in to_mapping(self.sampling).items() if v is not None},
@@ -100,13 +107,15 @@ def _table(data: dict[str, Any], name: str) -> dict[str, Any]:
 
 def from_toml_dict(data: dict[str, Any]) -> Config:
     cfg = Config()
-    for key in ("theme", "model", "device", "engine"):
+    for key in ("theme", "model", "device", "engine", "dtype"):
         if key in data:
             if not isinstance(data[key], str):
                 raise ConfigError(f"config: {key} must be a string")
             setattr(cfg, key, data[key])
     if cfg.engine not in ENGINES:
         raise ConfigError(f"config: engine must be one of {', '.join(ENGINES)}, not {cfg.engine!r}")
+    if cfg.dtype not in DTYPES:
+        raise ConfigError(f"config: dtype must be one of {', '.join(DTYPES)}, not {cfg.dtype!r}")
     keymap = data.get("keymap", {})
     if not isinstance(keymap, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in keymap.items()
@@ -172,19 +181,40 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def _merge_table(table: Any, values: dict[str, Any], known: set[str]) -> None:
-    """Set `values` in a tomlkit table in place: its comments, layout and unknown keys stay;
-    a known key missing from `values` (a None knob, a removed key binding) is dropped."""
-    for key in [k for k in table if k in known and k not in values]:
-        del table[key]
-    for key, value in values.items():
-        value = _plain(value)
-        if key not in table or table[key] != value:
-            table[key] = value
+@dataclass(frozen=True)
+class Changes:
+    """What the user changed since the file was read: top-level values set, and per table the
+    keys set and the keys removed (a knob unset, a key binding dropped)."""
+
+    values: dict[str, Any]
+    tables: dict[str, tuple[dict[str, Any], tuple[str, ...]]]
+
+    def __bool__(self) -> bool:
+        return bool(self.values or self.tables)
 
 
-def _save_document(path: Path, data: dict[str, Any]) -> Any:
-    """The file's tomlkit document (comments, order, unknown keys kept) updated to `data`."""
+def changes(cfg: Config, since: Config) -> Changes:
+    """The settings of `cfg` that differ from `since` (the config as read): only these are
+    written, so a default or a resolved choice never lands in the user's file."""
+    now, before = cfg.to_toml_dict(), since.to_toml_dict()
+    values: dict[str, Any] = {}
+    tables: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {}
+    for key, value in now.items():
+        old = before.get(key)
+        if not isinstance(value, dict):
+            if value != old:
+                values[key] = _plain(value)
+            continue
+        old_table = old if isinstance(old, dict) else {}
+        setting = {k: _plain(v) for k, v in value.items() if old_table.get(k) != v}
+        removed = tuple(k for k in old_table if k not in value)
+        if setting or removed:
+            tables[key] = (setting, removed)
+    return Changes(values, tables)
+
+
+def _save_document(path: Path, change: Changes) -> Any:
+    """The file's tomlkit document (comments, order, unknown keys kept) with `change` applied."""
     import tomlkit
 
     try:
@@ -196,35 +226,37 @@ def _save_document(path: Path, data: dict[str, Any]) -> Any:
         with contextlib.suppress(OSError):
             path.replace(path.with_name(path.name + ".invalid"))
         document = tomlkit.document()
-    defaults = Config().to_toml_dict()
-    for key, value in data.items():
-        if not isinstance(value, dict):
-            if key not in document or document[key] != _plain(value):
-                document[key] = _plain(value)
-            continue
+    for key, value in change.values.items():
+        document[key] = value
+    for key, (setting, removed) in change.tables.items():
         table = document.get(key)
         if not isinstance(table, dict):
-            if not value:
-                continue  # no empty [keymap] table in a fresh file
+            if not setting:
+                continue  # nothing to remove from a table the file does not have
             table = tomlkit.table()
             document[key] = table
-        known = set(table) if key == "keymap" else set(defaults.get(key, {})) | set(value)
-        if key == SamplingParams.SECTION:
-            known |= {"seed"}
-        _merge_table(table, value, known)
+        for name in removed:
+            if name in table:
+                del table[name]
+        for name, value in setting.items():
+            table[name] = value
     return document
 
 
-def save_config(cfg: Config, path: Path | None = None) -> Path:
-    """Write atomically so a crash mid-write never leaves a half file. The user's comments,
-    layout and keys samchat does not know are kept (tomlkit edits the file in place)."""
+def save_config(cfg: Config, since: Config, path: Path | None = None) -> Path:
+    """Write what the user changed since `since` (the config as read or last saved) and nothing
+    else; no change leaves the file as it is (or absent). Atomic, so a crash mid-write never
+    leaves a half file; the user's comments, layout and keys samchat does not know are kept."""
     import tomlkit
 
     path = path or config_path()
+    change = changes(cfg, since)
+    if not change:
+        return path
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_suffix(".toml.tmp")
     try:
-        document = _save_document(path, cfg.to_toml_dict())
+        document = _save_document(path, change)
         tmp.write_text(tomlkit.dumps(document), encoding="utf-8")
         tmp.replace(path)
     except OSError as exc:

@@ -7,10 +7,14 @@ StoredStats) replace the live estimates when the reply finishes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from samchat.figures import ReplyStats, StoredStats
 from samchat.names import DRAFTERS
 from samchat.remote import REMOTE
+
+if TYPE_CHECKING:
+    from samchat.chat.reply_feed import FeedBatch
 
 
 @dataclass
@@ -25,11 +29,15 @@ class LiveStats:
     plain_steps: int = 0
     last_t: float = 0.0
     first_t: float = 0.0  # when the first text came
+    first_tokens: int = 0  # the tokens that came with it (the rate counts those after)
     final: ReplyStats | None = None  # the engine's figures, once done
+    # The live tok/s and speedup last shown before the engine's figures replaced them.
+    shown_at_end: tuple[float, float] = (0.0, 0.0)
 
     def on_delta(self, n_tokens: int, sources: list[str], t: float) -> None:
         prev = self.last_t or self.started
-        self.first_t = self.first_t or t
+        if not self.first_t:
+            self.first_t, self.first_tokens = t, n_tokens
         self.tokens += n_tokens
         for src in sources:
             self.by_source[src] = self.by_source.get(src, 0) + 1
@@ -44,7 +52,16 @@ class LiveStats:
             self.plain_forward_s += forward_s
             self.plain_steps += 1
 
+    def apply(self, batch: FeedBatch) -> None:
+        """A frame's worth of a reply's events (samchat.chat.reply_feed), in order."""
+        for forward_s, plain in batch.steps:
+            self.on_step(forward_s, plain)
+        for n_tokens, sources, t in batch.deltas:
+            self.on_delta(n_tokens, sources, t)
+
     def on_done(self, stats: StoredStats) -> None:
+        if self.final is None:
+            self.shown_at_end = (self.tokens_per_s, self.speedup_est)
         self.final = stats.reply
 
     @property
@@ -63,10 +80,12 @@ class LiveStats:
 
     @property
     def tokens_per_s(self) -> float:
+        """Decoding speed: the tokens after the first text over the time since it, as the
+        engine's own figure leaves the prompt's reading out (0 = too early to tell)."""
         if self.final is not None:
             return self.final.tokens_per_s
-        elapsed = self.last_t - self.started
-        return self.tokens / elapsed if elapsed > 0 else 0.0
+        after, elapsed = self.tokens - self.first_tokens, self.last_t - self.first_t
+        return after / elapsed if elapsed > 0 and after > 0 else 0.0
 
     @property
     def mat(self) -> float:
@@ -77,14 +96,15 @@ class LiveStats:
 
     @property
     def speedup_est(self) -> float:
-        """Live estimate: tokens x (one plain step) / time spent verifying, the plain step timed
-        in this reply, under the same load (0 = none yet). The cheapest step of any size, or
-        another reply's timing, made it read wildly high or low while the machine was busy."""
+        """Live estimate, priced as the engine's final figure is: tokens/s x (one plain step),
+        the plain step timed in this reply, under the same load (0 = none yet). The cheapest
+        step of any size, or another reply's timing, made it read wildly high or low while
+        the machine was busy."""
         if self.final is not None:
             return self.final.speedup_est
-        if not self.forward_s or not self.plain_steps:
+        if not self.plain_steps:
             return 0.0
-        return self.tokens * (self.plain_forward_s / self.plain_steps) / self.forward_s
+        return self.tokens_per_s * self.plain_forward_s / self.plain_steps
 
     def shares(self) -> dict[str, float]:
         """Share of all reply tokens that each drafter proposed and the model accepted."""

@@ -45,6 +45,7 @@ def report(data_dir: Path | None = None) -> list[tuple[str, str]]:
     rows.append(("cpu", cpu_name()))
     rows.append(("cpu flags", " ".join(cpu_flags()) or "none reported"))
     rows.extend(_llamacpp_rows())
+    rows.extend(_pinned_rows(paths.cache_dir()))
     try:
         gguf, source = default_gguf_source()
         rows.append(("default model (gguf)", f"{gguf} (from {source})"))
@@ -101,6 +102,43 @@ def _chosen_row() -> tuple[str, str]:
     best = min(speeds, key=lambda s: s.ms_per_token)
     times = ", ".join(f"{s.label} {s.ms_per_token:.1f} ms" for s in speeds)
     return ("engine (app, serve)", f"{best.label}, measured fastest here ({times} per token)")
+
+
+def _pinned_rows(cache: Path) -> list[tuple[str, str]]:
+    """A warning where config.toml pins an engine or format other than the one measured fastest
+    here for its model, naming the lines to remove (a pin outranks the measured choice)."""
+    from samchat.chat.config import ConfigError, config_path, load_config
+    from samchat.models.engine_choice import kept
+
+    try:
+        cfg = load_config()
+    except ConfigError as exc:
+        return [("config", str(exc))]
+    if cfg.engine == "auto" and cfg.dtype == "auto":
+        return []
+    speeds = kept(cache, cfg.model_spec())
+    if not speeds:
+        return []
+    best = min(speeds, key=lambda s: s.ms_per_token)
+    pinned = next((s for s in speeds if (s.engine, s.dtype) == (cfg.engine, cfg.dtype)), None)
+    label = cfg.engine if cfg.dtype == "auto" else f"{cfg.engine}/{cfg.dtype}"
+    if pinned is best:
+        return [("config pins", f"{label}, measured fastest here")]
+    how = f"{pinned.ms_per_token:.1f} ms per token" if pinned else "not measured here"
+    path = config_path()
+    lines = []
+    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if text.lstrip().startswith("["):
+            break  # the top-level keys come before the first table
+        if "=" in text and text.split("=")[0].strip() in ("engine", "dtype"):
+            lines.append(f"line {number}: {text.strip()}")
+    return [
+        (
+            "warning",
+            f"{path} pins {label} ({how}), but {best.label} is measured fastest here "
+            f"({best.ms_per_token:.1f} ms per token): remove {' and '.join(lines)}",
+        )
+    ]
 
 
 def _kernel_rows(cache: Path) -> list[tuple[str, str]]:

@@ -4,7 +4,8 @@ app and `serve` where the engine and dtype are left to auto. A one-shot `ask` ke
 which starts sooner than torch imports.
 
 The measure is what the user waits for per token: one-token steps through the engine, after
-a prompt, with the greedy choice of each step."""
+a prompt, with the greedy choice of each step. Each engine's verification costs are measured
+and kept at the same time, so that the first reply of a new install drafts."""
 
 from __future__ import annotations
 
@@ -92,13 +93,15 @@ def preferred(spec: ModelSpec, cache_dir: Path) -> ModelSpec:
     return replace(spec, engine=best.engine, dtype=best.dtype)
 
 
-def _time_steps(spec: ModelSpec, say: Say) -> EngineSpeed:
+def _time_steps(spec: ModelSpec, cache_dir: Path, say: Say) -> EngineSpeed:
+    """One-token steps on spec's engine, then its verification costs measured and kept in
+    cache_dir (as a session keeps them), so a first reply on it drafts at once."""
     import numpy as np
 
     from samchat.models import load_model
 
     lm = load_model(spec, progress=say)
-    engine = lm.kind.open(lm)
+    engine = lm.kind.open(lm, cache_dir)
     ids = list(lm.tokenizer(_PROMPT, add_special_tokens=False)["input_ids"])
     logits = engine.prefill(ids, logits=1)
     assert logits is not None
@@ -112,7 +115,14 @@ def _time_steps(spec: ModelSpec, say: Say) -> EngineSpeed:
         engine.commit(start, [0])
         if step >= STEPS:
             times.append(time.perf_counter() - t0)
-    return EngineSpeed(spec.engine, spec.dtype, 1000 * statistics.median(times), engine.describe())
+    speed = EngineSpeed(spec.engine, spec.dtype, 1000 * statistics.median(times), engine.describe())
+    if engine.cached_cost_curve() is None:
+        say(f"{speed.label}: timing drafts of 1-64 tokens (once)")
+    try:
+        engine.cost_curve()  # measured unless known; kept in cache_dir either way
+    except SamchatError as exc:  # replies then time it after the first one, as before
+        say(f"{speed.label}: timing drafts failed: {exc}")
+    return speed
 
 
 def measure(spec: ModelSpec, cache_dir: Path, say: Say) -> list[EngineSpeed]:
@@ -132,12 +142,18 @@ def measure(spec: ModelSpec, cache_dir: Path, say: Say) -> list[EngineSpeed]:
         except SamchatError as exc:
             say(f"{engine}/{dtype}: skipped ({exc})")
             continue
-        speeds.append(_time_steps(candidate, say))
+        speeds.append(_time_steps(candidate, cache_dir, say))
     if not speeds:
         raise SamchatError("no engine can run this model here")
+    keep(cache_dir, path, speeds)
+    return speeds
+
+
+def keep(cache_dir: Path, path: Path, speeds: list[EngineSpeed]) -> Path:
+    """Keeps the measurement of the GGUF file at path (atomically: a reader never sees half)."""
     out = record_path(cache_dir, path)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps({"speeds": [asdict(s) for s in speeds]}, indent=1) + "\n")
     tmp.replace(out)
-    return speeds
+    return out

@@ -3,6 +3,7 @@ model loading. The chat itself, and every action on it, is the ChatScreen's."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from collections.abc import Iterable
@@ -24,6 +25,7 @@ from samchat.chat.opening import open_model
 from samchat.chat.service import ChatService
 from samchat.errors import SamchatError
 from samchat.models.default import DEFAULT_MODEL_NAME
+from samchat.models.engine_choice import preferred
 from samchat.models.loader import ModelSpec
 from samchat.tui.guard import guarded
 from samchat.tui.keys import ACTIONS, APP_ACTIONS, app_bindings, binding_id
@@ -81,6 +83,8 @@ class SamchatApp(App[None]):
                 self.config_problem = str(exc)
                 config = Config()
         self.cfg = config
+        # The settings as read (then as last saved): a save writes only what differs from them.
+        self.saved_cfg = copy.deepcopy(config)
         self.db_path = db_path
         self.theme_dirs = theme_dirs
         self.cost_curve = cost_curve  # a known verification-cost curve (else measured once)
@@ -91,7 +95,9 @@ class SamchatApp(App[None]):
         self.lm: Model | None = lm
         self.generator: Replies | None = None
         self.indexer: Any = None  # BackgroundIndexer of the loaded model's tokenizer
-        # The model to load, and (once one is) the one loaded: the model screen starts from it.
+        # The model to load as the user named it (engine and format may be left to auto, and
+        # are resolved at each load), then the one the user picked: the model screen starts
+        # from it.
         self.spec = spec if spec is not None else config.model_spec()
         self.autoload_model = autoload_model
         self.model_state = ModelState.NONE
@@ -137,9 +143,11 @@ class SamchatApp(App[None]):
             self.notify(f"{self.config_problem}: not saving settings over it", severity="warning")
             return
         try:
-            save_config(self.cfg, self.config_path)
+            save_config(self.cfg, self.saved_cfg, self.config_path)
         except SamchatError as exc:
             self.notify(str(exc), severity="error", title="Config")
+            return
+        self.saved_cfg = copy.deepcopy(self.cfg)
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -194,7 +202,7 @@ class SamchatApp(App[None]):
                 ),
             )
         elif self.autoload_model:
-            self.start_model_load(self.spec)
+            self.start_model_load(self.spec, picked=False)
 
     @property
     def recent_models(self) -> Path:
@@ -236,21 +244,26 @@ class SamchatApp(App[None]):
 
     # -- model loading -------------------------------------------------------------------------
 
-    def start_model_load(self, spec: ModelSpec) -> None:
+    def start_model_load(self, spec: ModelSpec, *, picked: bool) -> None:
+        """picked: the user chose spec on the model screen, so config.toml keeps it once it
+        loads; a start-up load writes nothing."""
         self.model_state = ModelState.LOADING
         self.model_progress = ""
         self.chat.update_status()
         # A copy: the worker's session keeps these knobs, whatever the settings do meanwhile.
-        self.load_model_worker(spec, dataclasses.replace(self.cfg.decoding))
+        self.load_model_worker(spec, picked, dataclasses.replace(self.cfg.decoding))
 
     @work(thread=True, exclusive=True, group="model", exit_on_error=False)
-    def load_model_worker(self, spec: ModelSpec, decoding: DecodingConfig) -> None:
+    def load_model_worker(self, spec: ModelSpec, picked: bool, decoding: DecodingConfig) -> None:
         def progress(text: str) -> None:
             self.post_message(ModelProgress(text))
 
+        # The engine and format measured fastest here, where spec leaves them to auto (kept
+        # in the cache by samchat bench engines; never written to config.toml).
+        resolved = preferred(spec, self.cache_dir) if self.cache_dir is not None else spec
         try:
             lm = open_model(
-                spec,
+                resolved,
                 progress,
                 self.cfg.endpoints,
                 self.recent_models,
@@ -273,7 +286,7 @@ class SamchatApp(App[None]):
             generator.prepare()
         except Exception as exc:  # the next reply reports it again; the model itself is fine
             warning = f"decoder setup failed: {exc}"
-        self.post_message(ModelLoaded(lm, generator, spec, warning))
+        self.post_message(ModelLoaded(lm, generator, spec, picked, warning))
 
     def on_model_progress(self, msg: ModelProgress) -> None:
         self.model_progress = msg.text
@@ -285,11 +298,12 @@ class SamchatApp(App[None]):
         self.notify(f"model {msg.lm.name} ready", timeout=3)
         if msg.warning:
             self.error(msg.warning, "Decoder")
-        # The model screen opens on what runs now.
+        # The model screen opens on what the user asked for.
         self.spec = msg.spec
-        chosen = (msg.spec.source or "", msg.spec.device, msg.spec.engine)
-        if chosen != (self.cfg.model, self.cfg.device, self.cfg.engine):
-            self.cfg.model, self.cfg.device, self.cfg.engine = chosen
+        if msg.picked:
+            spec = msg.spec
+            self.cfg.model, self.cfg.device = spec.source or "", spec.device
+            self.cfg.engine, self.cfg.dtype = spec.engine, spec.dtype
             self.save_settings()
 
     def on_model_failed(self, msg: ModelFailed) -> None:
@@ -357,7 +371,7 @@ class SamchatApp(App[None]):
             if self.model_state == ModelState.LOADING:
                 self.notify("a model is already loading", severity="warning")
                 return
-            self.start_model_load(choice)
+            self.start_model_load(choice, picked=True)
 
         recent = [self.cfg.model] if self.cfg.model else []
         screen = ModelScreen(self.spec, recent, self.recent_models, self.cfg.endpoints)

@@ -21,10 +21,8 @@ def app_from_args(args: argparse.Namespace) -> SamchatApp:
     config: Config | None = None
     with contextlib.suppress(ConfigError):  # the app reads it again and shows the problem
         config = load_config()
-    from samchat.models.engine_choice import preferred
-
-    # The engine and format measured fastest here (samchat bench engines), where left to auto.
-    spec = preferred(spec_from_args(args, config), paths.cache_dir())
+    # As named: the app resolves an engine left to auto at each load (never into config.toml).
+    spec = spec_from_args(args, config)
     return SamchatApp(spec=spec, config=config, db_path=db_path, cache_dir=paths.cache_dir())
 
 

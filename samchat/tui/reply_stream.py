@@ -1,6 +1,7 @@
-"""The body of the conversation's reply worker: the chat service's stream of one reply, posted
-to the UI as worker messages (post_message is thread-safe); after a plain first reply, this
-machine's verification costs are timed once."""
+"""The body of the conversation's reply worker: the chat service's stream of one reply. Text
+and step figures go into the job's feed, which the UI takes once a frame; the rest (reading
+progress, the end, failures) is posted as worker messages (post_message is thread-safe). After
+a plain first reply, this machine's verification costs are timed once."""
 
 from __future__ import annotations
 
@@ -13,12 +14,10 @@ from samchat.errors import SamchatError
 from samchat.tui.worker_messages import (
     CurveTiming,
     Notice,
-    ReplyDelta,
     ReplyFailed,
     ReplyFinished,
     ReplyJob,
     ReplyReading,
-    ReplyStep,
 )
 
 if TYPE_CHECKING:
@@ -45,13 +44,13 @@ def stream_to(
 
         events = stream_reply(gen, job.reply, sampling, job.cancel, job.live.started)
         timing = False
+        feed = job.feed
         for ev in events:
             if isinstance(ev, TextDelta):
                 pieces = [(text, source) for text, source in ev.pieces]
-                now = time.perf_counter()
-                post(ReplyDelta(job, ev.text, pieces, ev.tokens, list(ev.sources), now))
+                feed.add_text(ev.text, pieces, ev.tokens, list(ev.sources), time.perf_counter())
             elif isinstance(ev, StepStats):
-                post(ReplyStep(job, ev.forward_s, ev.draft_size == 0))
+                feed.add_step(ev.forward_s, ev.draft_size == 0)
             elif isinstance(ev, PrefillProgress):
                 post(ReplyReading(job, ev.done, ev.total))
             elif isinstance(ev, ReplyRecord):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from textual.message import Message
 
 from samchat.chat.live_stats import LiveStats
+from samchat.chat.reply_feed import ReplyFeed
 from samchat.tui.widgets.message_view import MessageView
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ class ReplyJob:
     view: MessageView
     live: LiveStats
     cancel: threading.Event = field(default_factory=threading.Event)
+    feed: ReplyFeed = field(default_factory=ReplyFeed)  # its text and steps, taken per frame
 
     @property
     def chat_id(self) -> int | None:
@@ -36,27 +38,10 @@ class ReplyJob:
 
 
 @dataclass
-class ReplyDelta(Message, bubble=False):
-    job: ReplyJob
-    text: str
-    pieces: list[tuple[str, str]]  # (text, drafter) runs of `text`
-    n: int  # tokens committed
-    sources: list[str]  # each token's drafter
-    t: float  # when it arrived (perf_counter)
-
-
-@dataclass
 class ReplyReading(Message, bubble=False):
     job: ReplyJob
     done: int  # prompt tokens read of
     total: int
-
-
-@dataclass
-class ReplyStep(Message, bubble=False):
-    job: ReplyJob
-    forward_s: float
-    plain: bool  # one row, no draft: the reply's own measure of a plain decoding step
 
 
 @dataclass
@@ -88,6 +73,7 @@ class ModelLoaded(Message):
     lm: Model
     generator: Replies
     spec: ModelSpec  # what was asked for (the model screen opens on it)
+    picked: bool  # on the model screen: config.toml keeps it
     warning: str
 
 

@@ -207,11 +207,12 @@ def test_saving_the_config_keeps_comments_and_unknown_keys(tmp_path: Path) -> No
         encoding="utf-8",
     )
     cfg = load_config(path)
+    read = load_config(path)
     cfg.device = "cpu"
     cfg.sampling.temperature = 0.3
     cfg.sampling.seed = None  # random: TOML has no null, so the key goes
     cfg.keymap = {"samchat.help": "f10"}
-    save_config(cfg, path)
+    save_config(cfg, read, path)
     text = path.read_text(encoding="utf-8")
     for kept in ("# my samchat settings", "# the warm one", "# a little creativity"):
         assert kept in text
@@ -220,8 +221,9 @@ def test_saving_the_config_keeps_comments_and_unknown_keys(tmp_path: Path) -> No
     assert data["device"] == "cpu" and data["sampling"]["temperature"] == 0.3
     assert "seed" not in data["sampling"]
     assert load_config(path) == cfg
+    read = load_config(path)
     cfg.keymap = {}
-    save_config(cfg, path)
+    save_config(cfg, read, path)
     assert load_config(path) == cfg and "# the warm one" in path.read_text(encoding="utf-8")
 
 

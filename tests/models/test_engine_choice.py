@@ -40,6 +40,9 @@ def test_both_engines_are_timed_and_kept(measured: tuple[Path, list[EngineSpeed]
     assert all(s.ms_per_token > 0 for s in speeds)
     assert "int4" in speeds[1].describe
     assert kept(cache, ModelSpec()) == speeds
+    # Each engine's verification costs are kept beside, one file each: a first reply on
+    # either drafts.
+    assert len(list((cache / "costs").glob("*.json"))) == len(speeds)
 
 
 def test_the_app_and_serve_take_the_fastest(measured: tuple[Path, list[EngineSpeed]]) -> None:
@@ -58,7 +61,11 @@ def test_the_app_reads_the_kept_choice(
     best = min(speeds, key=lambda s: s.ms_per_token)
     monkeypatch.setenv("SAMCHAT_CACHE_DIR", str(cache))
     app = app_from_args(argparse.Namespace(data_dir=str(cache / "data")))
-    assert (app.spec.engine, app.spec.dtype) == (best.engine, best.dtype)
+    # The app keeps the spec as named (config.toml's, auto) and resolves it at each load.
+    assert (app.spec.engine, app.spec.dtype) == ("auto", "auto")
+    assert app.cache_dir == cache
+    chosen = preferred(app.spec, cache)
+    assert (chosen.engine, chosen.dtype) == (best.engine, best.dtype)
 
 
 @pytest.mark.parametrize(

@@ -49,7 +49,7 @@ def test_created_dirs_are_private_whatever_the_umask(
     # A store opened by path in a directory that does not exist yet.
     with Store.open(tmp_path / "elsewhere" / "deeper" / "x.db") as store:
         assert _mode(store.path.parent) == 0o700 and _mode(store.path) == 0o600
-    saved = save_config(Config(), tmp_path / "cfg" / "config.toml")
+    saved = save_config(Config(theme="ember"), Config(), tmp_path / "cfg" / "config.toml")
     assert _mode(saved.parent) == 0o700
 
 

@@ -116,7 +116,7 @@ def test_saving_settings_keeps_the_endpoints_the_user_wrote(tmp_path: Path) -> N
     )
     cfg = load_config(path)
     cfg.theme = "samchat-light"
-    save_config(cfg, path)
+    save_config(cfg, load_config(path), path)
     text = path.read_text()
     assert "# the lab box" in text and 'theme = "samchat-light"' in text
     assert load_config(path).endpoints["team"].url == "http://gpu:8000/v1"

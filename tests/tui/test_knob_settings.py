@@ -90,7 +90,7 @@ def test_config_file_round_trips_every_knob(knob: Knob, tmp_path: Path) -> None:
     cfg = Config()
     table = cfg.decoding if knob.section == "decoding" else cfg.sampling
     setattr(table, knob.name, other_value(knob))
-    path = save_config(cfg, tmp_path / "config.toml")
+    path = save_config(cfg, Config(), tmp_path / "config.toml")
     saved = tomllib.loads(path.read_text(encoding="utf-8"))
     written = saved[knob.section][knob.name]
     assert (tuple(written) if knob.type is tuple else written) == getattr(table, knob.name)
@@ -126,8 +126,9 @@ def test_legacy_seed_minus_one_means_random(tmp_path: Path) -> None:
     path.write_text("[sampling]\nseed = -1\ntemperature = 0.7\n", encoding="utf-8")
     cfg = load_config(path)
     assert cfg.sampling.seed is None and cfg.sampling.temperature == 0.7
-    save_config(cfg, path)  # written back without a seed: TOML has no null
-    assert "seed" not in tomllib.loads(path.read_text(encoding="utf-8"))["sampling"]
+    cfg.sampling.temperature = 0.5
+    save_config(cfg, load_config(path), path)  # only what changed is written: seed stays as is
+    assert tomllib.loads(path.read_text(encoding="utf-8"))["sampling"]["seed"] == -1
     assert load_config(path) == cfg
     path.write_text("[sampling]\nseed = 7\n", encoding="utf-8")
     assert load_config(path).sampling.seed == 7
@@ -179,7 +180,8 @@ async def test_settings_form_has_one_row_per_knob(
     assert saved["decoding"]["adaptive"] is False
     assert saved["decoding"]["reserve_tokens"] == 128
     assert saved["decoding"]["static_context"] == 64
-    assert saved["sampling"]["top_p"] == 1.0
+    assert "top_p" not in saved["sampling"]  # "1" is the value it had: not a change
+    assert app.cfg.sampling.top_p == 1.0 and isinstance(app.cfg.sampling.top_p, float)
     assert "seed" not in saved["sampling"]
     assert saved["sampling"]["stop"] == ["\n\nUser:"]  # no row: kept as it was
     assert app.cfg.sampling.seed is None and app.cfg.sampling.stop == ("\n\nUser:",)

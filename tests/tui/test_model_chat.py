@@ -222,6 +222,44 @@ async def test_model_loads_in_a_worker_while_the_ui_works(
         assert app.chat.chat_id is not None and len(replies(store, app.chat.chat_id)) == 1
 
 
+COMMENTED_CONFIG = (
+    '# my settings\ntheme = "ember"  # the warm one\n\n[sampling]\n# greedy\ntop_k = 0\n'
+)
+
+
+@pytest.mark.parametrize("text", [None, COMMENTED_CONFIG], ids=["no-config", "commented"])
+async def test_opening_and_quitting_the_app_leaves_config_toml_as_it_was(
+    make_app: Callable[..., SamchatApp],
+    config_path: Path,
+    tmp_path: Path,
+    curve: Any,
+    text: str | None,
+) -> None:
+    """The app decodes on the engine and format kept as measured fastest (torch/int4 here), and
+    that resolved choice stays in the cache: the user's file is not written."""
+    from samchat.models.default import bundled_gguf
+    from samchat.models.engine_choice import EngineSpeed, keep
+
+    cache = tmp_path / "cache"
+    keep(
+        cache,
+        bundled_gguf(),
+        [EngineSpeed("llamacpp", "auto", 9.0, "llama.cpp"), EngineSpeed("torch", "int4", 5.0, "")],
+    )
+    if text is not None:
+        config_path.parent.mkdir(parents=True)
+        config_path.write_text(text, encoding="utf-8")
+    app = make_app(autoload_model=True, cache_dir=cache, cost_curve=curve)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: app.model_state == "ready", 180)
+        assert app.lm is not None and (app.lm.engine, app.lm.dtype) == ("torch", "int4")
+        await pilot.press("ctrl+q")
+    if text is None:
+        assert not config_path.exists()
+    else:
+        assert config_path.read_text(encoding="utf-8") == text
+
+
 async def test_the_engine_picked_on_the_model_screen_runs_and_is_saved(
     make_app: Callable[..., SamchatApp], config_path: Path, curve: Any
 ) -> None:

@@ -373,7 +373,7 @@ asyncio.run(main())
 
 
 def test_config_round_trip(tmp_path: Path) -> None:
-    from samchat.chat.config import load_config, save_config
+    from samchat.chat.config import Config, load_config, save_config
     from samchat.corpus.rule import RetrievalRule
 
     cfg = fixed_config(
@@ -385,7 +385,7 @@ def test_config_round_trip(tmp_path: Path) -> None:
     )
     cfg.sampling.temperature = 0.5
     cfg.documents = RetrievalRule(relevance=0.75, passages=3, tokens=800)
-    path = save_config(cfg, tmp_path / "c.toml")
+    path = save_config(cfg, Config(), tmp_path / "c.toml")
     again = load_config(path)
     assert again == cfg
     assert tomllib.loads(path.read_text())["engine"] == "llamacpp"

@@ -82,8 +82,11 @@ def test_live_figures_then_final_ones() -> None:
     live.on_delta(4, ["dyn", "dyn", "tr", "plain"], 10.3)
     assert live.tokens == 5 and live.steps == 2
     assert live.mat == pytest.approx(2.5)
-    assert live.tokens_per_s == pytest.approx(5 / 0.3)
-    assert live.speedup_est == pytest.approx(5 * 0.1 / 0.3)
+    # Decoding speed, as the engine counts it: the prompt's reading (before the first text)
+    # is left out, so the 4 tokens after the first came in 0.2 s.
+    assert live.tokens_per_s == pytest.approx(4 / 0.2)
+    # Priced as the engine's figure is: tokens/s x one plain step timed in this reply.
+    assert live.speedup_est == pytest.approx(4 / 0.2 * 0.1)
     assert live.shares() == pytest.approx({"dyn": 0.4, "static": 0.0, "tr": 0.2})
     assert live.speeds == pytest.approx([10.0, 20.0])
     final = {
@@ -96,6 +99,7 @@ def test_live_figures_then_final_ones() -> None:
     }
     live.on_done(_record(final))
     assert (live.tokens_per_s, live.speedup_est) == (12.0, 1.4)
+    assert live.shown_at_end == pytest.approx((20.0, 2.0))  # what the bar showed last
     assert "dyn 40% static 0% tr 20%" in format_stats(_record(final))
 
 

@@ -19,7 +19,7 @@ from textual.widgets import Button, Input, Label, OptionList, Select
 from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState
 
-from samchat.engines.registry import ENGINES
+from samchat.engines.registry import AUTO, ENGINES, engine_kind
 from samchat.models.catalog import ModelEntry, list_models
 from samchat.models.default import DEFAULT_MODEL_NAME
 from samchat.models.device import DEVICES
@@ -146,8 +146,15 @@ class ModelScreen(ModalScreen[ModelSpec | None]):
         device = self.query_one("#model-device", Select).value
         engine = self.query_one("#model-engine", Select).value
         source = self.query_one("#model-source", Input).value.strip()
+        # A format belongs to its engine: one the new engine does not take goes back to auto.
+        dtype = self.current.dtype
+        if (
+            engine not in (AUTO, self.current.engine)
+            and dtype not in engine_kind(str(engine)).dtypes
+        ):
+            dtype = "auto"
         spec = dataclasses.replace(
-            self.current, source=source or None, device=str(device), engine=str(engine)
+            self.current, source=source or None, device=str(device), engine=str(engine), dtype=dtype
         )
         self.dismiss(spec)
 

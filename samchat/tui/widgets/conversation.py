@@ -16,6 +16,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
+from textual.timer import Timer
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
@@ -32,12 +33,10 @@ from samchat.tui.widgets.message_view import MessageView, legend_content
 from samchat.tui.widgets.stats_bar import StatsBar
 from samchat.tui.worker_messages import (
     CurveTiming,
-    ReplyDelta,
     ReplyFailed,
     ReplyFinished,
     ReplyJob,
     ReplyReading,
-    ReplyStep,
     SourcesFailed,
     SourcesReady,
 )
@@ -54,6 +53,10 @@ if TYPE_CHECKING:
     from samchat.store import MessageRow
     from samchat.tui.host import ChatHost
     from samchat.tui.screens.documents import ChatDocuments
+
+# How often a streaming reply is shown: a frame's tokens in one update, so the UI's work stays
+# a few updates a second whatever the engine's speed (on two cores it competes with the engine).
+FRAME_S = 1 / 20
 
 
 class Conversation(Vertical):
@@ -98,6 +101,10 @@ class Conversation(Vertical):
         self.timing = False  # this machine's costs are being measured (after a first reply)
         self.timing_stop = threading.Event()  # Esc, or a new prompt: the timing gives way
         self.last_live: LiveStats | None = None
+        self._frames: Timer | None = None  # shows the streaming reply once a frame
+
+    def on_mount(self) -> None:
+        self._frames = self.set_interval(FRAME_S, self._show_frame, pause=True)
 
     def compose(self) -> ComposeResult:
         yield ChatView(id="chat-view")
@@ -362,6 +369,8 @@ class Conversation(Vertical):
         self.job = job
         self.post_message(self.Changed())
         self.run_reply(job, generator, dataclasses.replace(self.host.cfg.sampling))
+        if self._frames is not None:
+            self._frames.resume()
 
     def stop(self) -> None:
         """Stop the streaming reply, or the timing of the machine (the next reply times it;
@@ -404,11 +413,24 @@ class Conversation(Vertical):
             lambda: worker.is_cancelled or self.timing_stop.is_set(),
         )
 
-    async def on_reply_delta(self, msg: ReplyDelta) -> None:
-        msg.job.live.on_delta(msg.n, msg.sources, msg.t)
-        if msg.job.view.is_attached:
-            await msg.job.view.append(msg.text, msg.pieces)
-        self.query_one(StatsBar).show(msg.job.live, "streaming")
+    async def _show_frame(self) -> None:
+        if self.job is not None:
+            await self._show_feed(self.job)
+
+    async def _show_feed(self, job: ReplyJob) -> None:
+        """What the reply's worker produced since the last frame: one update of the text,
+        the provenance and the figures, however many tokens it holds."""
+        batch = job.feed.take()
+        if batch is None:
+            return
+        job.live.apply(batch)
+        if batch.text and job.view.is_attached:
+            await job.view.append(batch.text, batch.pieces)
+        self.query_one(StatsBar).show(job.live, "streaming")
+
+    def _stop_frames(self) -> None:
+        if self._frames is not None and self.job is None:
+            self._frames.pause()
 
     def on_curve_timing(self, msg: CurveTiming) -> None:
         self.timing = msg.busy
@@ -420,13 +442,11 @@ class Conversation(Vertical):
         if msg.job.view.is_attached:
             msg.job.view.show_reading(msg.done, msg.total)
 
-    def on_reply_step(self, msg: ReplyStep) -> None:
-        msg.job.live.on_step(msg.forward_s, msg.plain)
-
     @guarded
     async def on_reply_finished(self, msg: ReplyFinished) -> None:
         """Save the reply, then show it as saved."""
         job, record = msg.job, msg.record
+        await self._show_feed(job)  # the last frame's worth, before the engine's figures
         job.live.on_done(record.stats)
         if record.finish_reason == "interrupted":  # a server broke off: the text is kept
             self.notify(record.notice, title="Reply interrupted", severity="warning", timeout=10)
@@ -463,6 +483,7 @@ class Conversation(Vertical):
         its chat is the one shown. True: it joined the thread on screen."""
         if self.job is job:
             self.job = None
+            self._stop_frames()
         view, shown = job.view, False
         if not view.is_attached:  # the user opened another chat meanwhile
             await view.drop_stream()
@@ -494,6 +515,7 @@ class Conversation(Vertical):
     async def on_reply_failed(self, msg: ReplyFailed) -> None:
         if self.job is msg.job:
             self.job = None
+            self._stop_frames()
         await msg.job.view.drop_stream()
         if msg.job.view.is_attached:
             await msg.job.view.remove()

@@ -1,0 +1,97 @@
+"""`samchat bench app`: the same questions through the real app (headless) and through
+`samchat ask`, alternating, on the same model, engine and method: does the app decode at the
+engine's speed, and do its live figures say what it does?"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from samchat.cli_options import add_model_options, spec_from_args
+from samchat.errors import SamchatError
+from samchat.names import METHODS, Method
+
+QUESTIONS = (
+    "Write a Python function that returns the n-th Fibonacci number, with a docstring.",
+    "Explain in three short paragraphs how a hash table handles collisions.",
+    "Write a haiku about autumn, then explain its imagery line by line.",
+)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def register_bench(sub: Any) -> None:
+    parser = sub.add_parser(
+        "app",
+        help="the app's decoding speed and live figures against samchat ask's, alternating",
+    )
+    parser.add_argument(
+        "--question",
+        action="append",
+        default=None,
+        help="a question to put through both (repeatable; default: three built-in ones)",
+    )
+    parser.add_argument(
+        "--methods",
+        default="plain,sam+tr",
+        help="comma-separated decoding methods (default: plain,sam+tr)",
+    )
+    parser.add_argument("--max-new-tokens", type=_positive, default=256)
+    parser.add_argument(
+        "--rounds", type=_positive, default=2, help="rounds of every question (default: 2)"
+    )
+    parser.add_argument("--json", type=Path, default=None, help="write every run here too")
+    add_model_options(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from samchat import paths
+    from samchat.chat.config import load_config
+    from samchat.chat.opening import open_model
+    from samchat.engines.cpu import cpu_name
+    from samchat.models.engine_choice import preferred
+    from samchat.tui.bench import run_bench, summary, write_json
+
+    def say(msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    known: dict[str, Method] = {m: m for m in METHODS}
+    methods: list[Method] = []
+    for name in (m.strip() for m in args.methods.split(",") if m.strip()):
+        if name not in known:  # one line before anything loads
+            raise SamchatError(f"--methods: unknown method {name!r}; known: {', '.join(METHODS)}")
+        methods.append(known[name])
+    # The engine and format the app takes (measured fastest here, where left to auto); ask
+    # is told the same explicitly, so both decode on one engine.
+    spec = preferred(spec_from_args(args, load_config()), paths.cache_dir())
+    lm = open_model(spec, say, {}, None)
+    questions = list(args.question or QUESTIONS)
+    runs = run_bench(
+        spec, lm, questions, methods, args.max_new_tokens, args.rounds, paths.cache_dir(), say
+    )
+    print(f"app against samchat ask, {cpu_name()}, {lm.engine}/{lm.dtype}, {len(questions)} q")
+    head = "| method | cli tok/s | app tok/s | app/cli | MAT cli | MAT app | live off | identical |"
+    print(head)
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for row in summary(runs):
+        off = max(float(str(row["live_tok_s_off_max"])), float(str(row["live_speedup_off_max"])))
+        print(
+            f"| {row['method']} | {row['cli_tok_s']} | {row['app_tok_s']} | "
+            f"{row['app_over_cli']:.2f} | {row['cli_mat']} | {row['app_mat']} | "
+            f"{100 * off:.1f}% | {row['identical_replies']} |"
+        )
+    if args.json is not None:
+        write_json(args.json, cpu_name(), spec, runs)
+    return 0
