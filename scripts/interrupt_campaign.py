@@ -346,9 +346,9 @@ async def _app_trial(home: Path, rng: random.Random, n: int, trial: Trial) -> No
 
             def idle() -> bool:
                 return (
-                    conversation.job is None
-                    and conversation.pending is None
-                    and not (conversation.timing)
+                    conversation.replies.job is None
+                    and conversation.replies.pending is None
+                    and not (conversation.replies.timing)
                 )
 
             if idle() and app.chat.replies_finished:

@@ -7,6 +7,7 @@ Kept free of textual and torch so the CLI and tests can read it cheaply.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import tomllib
 from dataclasses import dataclass, field
@@ -262,3 +263,30 @@ def save_config(cfg: Config, since: Config, path: Path | None = None) -> Path:
     except OSError as exc:
         raise ConfigError(f"cannot write config file {path}: {exc}") from exc
     return path
+
+
+class UserSettings:
+    """config.toml as a front end holds it while it runs: the settings in use, and the file's
+    as read (then as last saved), so that a save writes only what the user changed."""
+
+    def __init__(self, path: Path | None = None, config: Config | None = None) -> None:
+        """config: settings given instead of the file's (tests); path: the file (None: the
+        config directory's)."""
+        self.path = path
+        self.problem: str | None = None  # the file did not load: it is never written over
+        if config is None:
+            try:
+                config = load_config(path)
+            except ConfigError as exc:
+                self.problem = str(exc)
+                config = Config()
+        self.cfg = config
+        self._saved = copy.deepcopy(config)
+
+    def save(self) -> None:
+        """Writes what changed since the last save (ConfigError: it could not; a file that did
+        not load is left for the user to fix, since writing would put defaults over it)."""
+        if self.problem:
+            raise ConfigError(f"{self.problem}: not saving settings over it")
+        save_config(self.cfg, self._saved, self.path)
+        self._saved = copy.deepcopy(self.cfg)

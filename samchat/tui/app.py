@@ -3,11 +3,9 @@ model loading. The chat itself, and every action on it, is the ChatScreen's."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import time
 from collections.abc import Iterable
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -18,23 +16,21 @@ from textual.screen import Screen
 from textual.theme import Theme
 from textual.worker import get_current_worker
 
-from samchat.chat.config import Config, ConfigError, load_config, save_config
-from samchat.chat.documents import start_indexer
+from samchat.chat.config import Config, UserSettings
 from samchat.chat.generator import make_generator
-from samchat.chat.opening import open_model
 from samchat.chat.service import ChatService
 from samchat.errors import SamchatError
 from samchat.models.default import DEFAULT_MODEL_NAME
-from samchat.models.engine_choice import preferred
 from samchat.models.loader import ModelSpec
+from samchat.tui import model_loading
 from samchat.tui.guard import guarded
-from samchat.tui.keys import ACTIONS, APP_ACTIONS, app_bindings, binding_id
+from samchat.tui.keys import ACTIONS, app_bindings, binding_id, palette_commands
 from samchat.tui.screens.chat import ChatScreen
 from samchat.tui.screens.help import HelpScreen
 from samchat.tui.screens.model import ModelScreen
 from samchat.tui.screens.settings import SettingsScreen
 from samchat.tui.states import DataState, ModelState
-from samchat.tui.themes import PROVENANCE_DEFAULTS, load_themes
+from samchat.tui.themes import PROVENANCE_DEFAULTS, install_themes
 from samchat.tui.worker_messages import (
     IndexProgress,
     ModelFailed,
@@ -74,17 +70,8 @@ class SamchatApp(App[None]):
         """spec: the model to load, as the command line and config.toml give it
         (`cli_options.spec_from_args`); without one, config.toml's."""
         super().__init__()
-        self.config_path = config_path
-        self.config_problem: str | None = None
-        if config is None:
-            try:
-                config = load_config(config_path)
-            except ConfigError as exc:
-                self.config_problem = str(exc)
-                config = Config()
-        self.cfg = config
-        # The settings as read (then as last saved): a save writes only what differs from them.
-        self.saved_cfg = copy.deepcopy(config)
+        self.settings = UserSettings(config_path, config)
+        self.cfg = self.settings.cfg
         self.db_path = db_path
         self.theme_dirs = theme_dirs
         self.cost_curve = cost_curve  # a known verification-cost curve (else measured once)
@@ -98,7 +85,7 @@ class SamchatApp(App[None]):
         # The model to load as the user named it (engine and format may be left to auto, and
         # are resolved at each load), then the one the user picked: the model screen starts
         # from it.
-        self.spec = spec if spec is not None else config.model_spec()
+        self.spec = spec if spec is not None else self.cfg.model_spec()
         self.autoload_model = autoload_model
         self.model_state = ModelState.NONE
         self.model_progress = ""
@@ -120,15 +107,7 @@ class SamchatApp(App[None]):
 
     def _setup_themes(self) -> None:
         """Before the first CSS pass: switching theme after mount restyles everything."""
-        themes, self.theme_problems = load_themes(self.theme_dirs)
-        for theme in themes:
-            self.register_theme(theme)
-        if self.cfg.theme in self.available_themes:
-            self.theme = self.cfg.theme
-        else:
-            self.theme_problems.append(f"unknown theme {self.cfg.theme!r}; using the default")
-            if "samchat-dark" in self.available_themes:
-                self.theme = "samchat-dark"
+        self.theme_problems = install_themes(self, self.cfg.theme, self.theme_dirs)
 
     def _theme_changed(self, theme: Theme) -> None:
         if self.cfg.theme == theme.name:
@@ -137,17 +116,13 @@ class SamchatApp(App[None]):
         self.save_settings()
 
     def save_settings(self) -> None:
-        if self.config_problem:
-            # The file did not load: writing would replace the user's theme, keymap and model
-            # with the defaults in use. They fix the file; we keep our hands off it.
-            self.notify(f"{self.config_problem}: not saving settings over it", severity="warning")
-            return
         try:
-            save_config(self.cfg, self.saved_cfg, self.config_path)
+            self.settings.save()
         except SamchatError as exc:
-            self.notify(str(exc), severity="error", title="Config")
-            return
-        self.saved_cfg = copy.deepcopy(self.cfg)
+            if self.settings.problem:  # the file did not load: the user fixes it, not us
+                self.notify(str(exc), severity="warning", title="Config")
+            else:
+                self.notify(str(exc), severity="error", title="Config")
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -178,9 +153,9 @@ class SamchatApp(App[None]):
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         if self.cfg.keymap:
             self.set_keymap(self.cfg.keymap)
-        if self.config_problem:
+        if self.settings.problem:
             self.notify(
-                self.config_problem + " (using defaults)",
+                self.settings.problem + " (using defaults)",
                 severity="error",
                 title="Config",
                 timeout=10,
@@ -190,17 +165,7 @@ class SamchatApp(App[None]):
         self.open_data()
         if self.lm is not None:
             indexer = self.indexer or self._make_indexer(self.lm)
-            self._adopt_model(
-                self.lm,
-                make_generator(
-                    self.lm,
-                    self.cfg.decoding,
-                    indexer,
-                    self.cost_curve,
-                    self.cache_dir,
-                    measure_first=False,
-                ),
-            )
+            self._adopt_model(self.lm, self._generator(self.lm, self.cfg.decoding, indexer))
         elif self.autoload_model:
             self.start_model_load(self.spec, picked=False)
 
@@ -232,11 +197,11 @@ class SamchatApp(App[None]):
     def exit(self, *args: Any, **kwargs: Any) -> None:
         """Quit at once: the reply and the timing are told to stop before Textual closes the
         widgets, which waits for their workers' threads."""
-        self.chat.conversation.stop_all()
+        self.chat.conversation.replies.stop_all()
         super().exit(*args, **kwargs)
 
     def on_unmount(self) -> None:
-        self.chat.conversation.stop_all()
+        self.chat.conversation.replies.stop_all()
         if self.indexer is not None:
             # Its thread stops at its next step; a quit does not wait out a long one (a sync
             # is a transaction, and a segment is published only whole).
@@ -255,38 +220,19 @@ class SamchatApp(App[None]):
 
     @work(thread=True, exclusive=True, group="model", exit_on_error=False)
     def load_model_worker(self, spec: ModelSpec, picked: bool, decoding: DecodingConfig) -> None:
-        def progress(text: str) -> None:
-            self.post_message(ModelProgress(text))
-
-        # The engine and format measured fastest here, where spec leaves them to auto (kept
-        # in the cache by samchat bench engines; never written to config.toml).
-        resolved = preferred(spec, self.cache_dir) if self.cache_dir is not None else spec
-        try:
-            lm = open_model(
-                resolved,
-                progress,
-                self.cfg.endpoints,
-                self.recent_models,
-                cancelled=lambda: get_current_worker().is_cancelled,  # the app is closing
-            )
-        except SamchatError as exc:
-            self.post_message(ModelFailed(str(exc)))
-            return
-        except Exception as exc:
-            self.post_message(ModelFailed(f"could not load the model: {type(exc).__name__}: {exc}"))
-            return
-        indexer = self._make_indexer(lm)
-        # The first reply does not wait for this machine's costs: it decodes plainly, and the
-        # chat screen times the machine once it is done.
-        generator = make_generator(
-            lm, decoding, indexer, self.cost_curve, self.cache_dir, measure_first=False
+        worker = get_current_worker()
+        model_loading.load(
+            self.post_message,
+            spec,
+            picked,
+            decoding,
+            cache_dir=self.cache_dir,
+            cost_curve=self.cost_curve,
+            endpoints=self.cfg.endpoints,
+            recent=self.recent_models,
+            db_path=self.data.path if self.data is not None else None,
+            cancelled=lambda: worker.is_cancelled,
         )
-        warning = ""
-        try:
-            generator.prepare()
-        except Exception as exc:  # the next reply reports it again; the model itself is fine
-            warning = f"decoder setup failed: {exc}"
-        self.post_message(ModelLoaded(lm, generator, spec, picked, warning))
 
     def on_model_progress(self, msg: ModelProgress) -> None:
         self.model_progress = msg.text
@@ -320,22 +266,16 @@ class SamchatApp(App[None]):
         self.model_state = ModelState.READY
         self.chat.model_ready()
 
+    def _generator(self, lm: Model, decoding: DecodingConfig, indexer: Any) -> Replies:
+        """Replies of lm drafting on the kept cost curve (the first reply of a model whose
+        curve is not kept yet decodes plainly, and the machine is timed after it)."""
+        return make_generator(
+            lm, decoding, indexer, self.cost_curve, self.cache_dir, measure_first=False
+        )
+
     def _make_indexer(self, lm: Model) -> Any:
-        """Keeps the static index in step with the store (own thread, own connection)."""
-        if self.data is None:
-            return None
-
-        def failed(exc: Exception) -> None:  # runs in the indexer's thread
-            self.post_message(Notice(f"static index: {exc}", "Index"))
-
-        def progress(done: int, total: int, _what: str) -> None:  # the indexer's thread
-            self.post_message(IndexProgress(done, total))
-
-        try:
-            return start_indexer(lm, self.data.path, failed, progress)
-        except Exception as exc:  # decoding still works without the static index
-            self.post_message(Notice(f"static index unavailable: {exc}", "Index"))
-            return None
+        db_path = self.data.path if self.data is not None else None
+        return model_loading.start_static_indexer(self.post_message, lm, db_path)
 
     def on_index_progress(self, msg: IndexProgress) -> None:
         busy = msg.total > 0 and msg.done < msg.total
@@ -361,7 +301,7 @@ class SamchatApp(App[None]):
 
     @guarded
     def action_pick_model(self) -> None:
-        if self.chat.conversation.job is not None:  # a waiting prompt goes to the new model
+        if self.chat.conversation.replies.job is not None:  # a waiting prompt goes to the new model
             self.notify("a reply is streaming; press esc to stop it first", severity="warning")
             return
 
@@ -388,14 +328,7 @@ class SamchatApp(App[None]):
             self.save_settings()
             if changed and self.lm is not None:
                 # A new session: the next reply (in its worker) builds it with the new knobs.
-                self.generator = make_generator(
-                    self.lm,
-                    decoding,
-                    self.indexer,
-                    self.cost_curve,
-                    self.cache_dir,
-                    measure_first=False,
-                )
+                self.generator = self._generator(self.lm, decoding, self.indexer)
             self.chat.update_status()
             self.notify("settings saved", timeout=2)
 
@@ -409,14 +342,7 @@ class SamchatApp(App[None]):
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        keymap = self.cfg.keymap
-        for action, key, desc, _ in ACTIONS:
-            if action == "pick_theme":
-                continue  # textual's own "Theme" command does this
-            shown = keymap.get(binding_id(action), key)
-            target = self if action in APP_ACTIONS else self.chat
-            run = partial(self.run_action, action, target)
-            yield SystemCommand(desc, f"{desc} ({shown})", run)
+        yield from palette_commands(self, self.chat, self.cfg.keymap)
 
 
 def _default_db() -> Path:

@@ -151,7 +151,7 @@ async def _app_runs(
                     raise SamchatError(f"the app gave no reply in {REPLY_TIMEOUT_S:.0f} s")
                 await asyncio.sleep(0.02)
             wall = time.perf_counter() - t0
-            live = app.chat.conversation.last_live
+            live = app.chat.conversation.replies.last_live
             view = app.chat.chat_view.views()[-1]
             if live is None or live.final is None:
                 raise SamchatError("the app's reply ended without its figures")

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from functools import partial
+from typing import Any
+
+from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.dom import DOMNode
 
 # (action, default key, description, shown in the footer)
 ACTIONS: list[tuple[str, str, str, bool]] = [
@@ -58,3 +64,15 @@ def app_bindings() -> list[BindingType]:
         )
         for action, key, desc, show in ACTIONS
     ]
+
+
+def palette_commands(
+    app: App[Any], chat: DOMNode, keymap: Mapping[str, str]
+) -> Iterable[SystemCommand]:
+    """Every action in the command palette, with the key it has now (the user's keymap)."""
+    for action, key, desc, _ in ACTIONS:
+        if action == "pick_theme":
+            continue  # textual's own "Theme" command does this
+        shown = keymap.get(binding_id(action), key)
+        target = app if action in APP_ACTIONS else chat
+        yield SystemCommand(desc, f"{desc} ({shown})", partial(app.run_action, action, target))

@@ -32,7 +32,7 @@ def status_line(host: ChatHost, docs: ChatDocuments, conversation: Conversation)
         parts.append(docs.summary())
     if host.index_progress:
         parts.append(host.index_progress)
-    pending, timing = conversation.pending is not None, conversation.timing
+    pending, timing = conversation.replies.pending is not None, conversation.replies.timing
     if conversation.preparing:  # a question's documents are being read and fitted
         parts.append("reading documents…")
     elif pending and timing:
@@ -41,6 +41,6 @@ def status_line(host: ChatHost, docs: ChatDocuments, conversation: Conversation)
         parts.append("your prompt waits for the model…")
     elif timing:
         parts.append("timing drafts on this CPU (once; replies draft after it; esc stops)…")
-    elif conversation.job is not None:
+    elif conversation.replies.job is not None:
         parts.append("generating… (esc stops)")
     return " · ".join(parts)

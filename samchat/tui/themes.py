@@ -6,6 +6,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from textual.app import App
 from textual.theme import Theme
 
 from samchat import paths
@@ -95,3 +96,18 @@ def load_themes(dirs: list[Path] | None = None) -> tuple[list[Theme], list[str]]
                 continue
             by_name[theme.name] = theme
     return list(by_name.values()), problems
+
+
+def install_themes(app: App[Any], name: str, dirs: list[Path] | None = None) -> list[str]:
+    """Registers the bundled and user themes with app and selects `name` (else the default);
+    returns the problems to tell the user (a bad theme file, an unknown name)."""
+    themes, problems = load_themes(dirs)
+    for theme in themes:
+        app.register_theme(theme)
+    if name in app.available_themes:
+        app.theme = name
+    else:
+        problems.append(f"unknown theme {name!r}; using the default")
+        if "samchat-dark" in app.available_themes:
+            app.theme = "samchat-dark"
+    return problems

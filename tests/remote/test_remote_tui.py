@@ -84,7 +84,8 @@ async def _chat(tmp_path: Path, server: Server) -> None:
         await wait_for(
             pilot,
             lambda: (
-                app.chat.conversation.job is not None and app.chat.conversation.job.live.tokens >= 3
+                app.chat.conversation.replies.job is not None
+                and app.chat.conversation.replies.job.live.tokens >= 3
             ),
         )
         bar = rendered(app, "#stats-text")

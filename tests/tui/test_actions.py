@@ -53,10 +53,10 @@ async def test_enter_sends_and_ctrl_j_adds_a_newline(
         rows = app.data.thread(app.chat.chat_id)  # type: ignore[arg-type]
         assert [(r.role, r.content) for r in rows] == [("user", "first\nsecond")]
         # No model: the prompt waits, visibly; esc gives up waiting.
-        assert app.chat.conversation.pending is not None
+        assert app.chat.conversation.replies.pending is not None
         assert "waits for the model" in status_text(app)
         await pilot.press("escape")
-        await wait_for(pilot, lambda: app.chat.conversation.pending is None)
+        await wait_for(pilot, lambda: app.chat.conversation.replies.pending is None)
         await wait_for(pilot, lambda: len(app.chat.chat_view.views()) == 1)
         assert "waits" not in status_text(app)
 

@@ -56,11 +56,11 @@ async def test_chat_reply_stats_and_stored_copy_agree(
         question = "Repeat after me: the quick brown fox jumps over the lazy dog."
         await send(pilot, app, question)
         await wait_for(pilot, lambda: app.chat.replies_finished == 1, 120)
-        assert app.chat.conversation.job is None
+        assert app.chat.conversation.replies.job is None
         assert app.chat.chat_id is not None
         (stored,) = replies(store, app.chat.chat_id)
         view = app.chat.chat_view.views()[-1]
-        live = app.chat.conversation.last_live
+        live = app.chat.conversation.replies.last_live
         assert live is not None and live.final is not None
         # The reply on screen is the stored reply.
         assert view.content == stored.content and stored.content.strip()
@@ -104,14 +104,16 @@ async def test_stop_keeps_the_partial_reply(
         await wait_for(
             pilot,
             lambda: (
-                app.chat.conversation.job is not None and app.chat.conversation.job.live.tokens >= 3
+                app.chat.conversation.replies.job is not None
+                and app.chat.conversation.replies.job.live.tokens >= 3
             ),
             120,
         )
         assert "generating" in str(app.query_one("#status").render())
         # Streaming: the reply is on screen, and its live figures in the bar, before it ends.
         assert (
-            app.chat.conversation.job is not None and app.chat.conversation.job.view.content.strip()
+            app.chat.conversation.replies.job is not None
+            and app.chat.conversation.replies.job.view.content.strip()
         )
         assert "streaming" in str(app.query_one("#stats-text", Static).render())
         await pilot.press("escape")
@@ -139,7 +141,7 @@ async def test_a_long_prompt_shows_its_reading_and_esc_stops_it(
         await send(pilot, app, "\n\n".join(LONG_CONTEXT) + "\n\nSummarise the text above.")
 
         def bar() -> ProgressBar | None:
-            job = app.chat.conversation.job
+            job = app.chat.conversation.replies.job
             return job.view.query_one(".msg-reading", ProgressBar) if job is not None else None
 
         def reading() -> bool:
@@ -147,8 +149,8 @@ async def test_a_long_prompt_shows_its_reading_and_esc_stops_it(
             return shown is not None and bool(shown.display) and (shown.progress or 0) > 0
 
         await wait_for(pilot, reading, 120)
-        assert app.chat.conversation.job is not None
-        view = app.chat.conversation.job.view
+        assert app.chat.conversation.replies.job is not None
+        view = app.chat.conversation.replies.job.view
         label = str(view.query_one(".msg-reading-label", Static).render())
         assert "tokens of the prompt" in label and "esc stops" in label
         shown = bar()
@@ -205,7 +207,7 @@ async def test_model_loads_in_a_worker_while_the_ui_works(
     async with app.run_test(size=(120, 36)) as pilot:
         assert app.lm is None and "no model loaded" in str(app.query_one("#status").render())
         await send(pilot, app, "Say hi.")
-        await wait_for(pilot, lambda: app.chat.conversation.pending is not None)
+        await wait_for(pilot, lambda: app.chat.conversation.replies.pending is not None)
         assert "waits for the model" in str(app.query_one("#status").render())
         await pilot.press("ctrl+l")
         await wait_for(pilot, lambda: isinstance(app.screen, ModelScreen))
@@ -291,7 +293,9 @@ async def test_a_failed_reply_is_a_notice_and_the_chat_goes_on(
     async with app.run_test(size=(120, 36)) as pilot:
         await send(pilot, app, "word " * 9000)  # longer than the model's context
         await wait_for(
-            pilot, lambda: app.chat.conversation.job is None and app.chat.chat_id is not None, 120
+            pilot,
+            lambda: app.chat.conversation.replies.job is None and app.chat.chat_id is not None,
+            120,
         )
         await wait_for(pilot, lambda: len(app.chat.chat_view.views()) == 1, 30)
         assert any("too long" in n.message for n in app._notifications)
@@ -358,8 +362,8 @@ async def test_opening_another_chat_while_a_reply_streams(
             await wait_for(
                 pilot,
                 lambda: (
-                    app.chat.conversation.job is not None
-                    and app.chat.conversation.job.live.tokens >= 1
+                    app.chat.conversation.replies.job is not None
+                    and app.chat.conversation.replies.job.live.tokens >= 1
                 ),
                 120,
             )
@@ -410,14 +414,14 @@ async def test_a_first_reply_does_not_wait_for_timing_the_machine(
         (first,) = replies(store, app.chat.chat_id)
         assert first.stats is not None and first.stats.reply.accepted_by_drafter.get("dyn", 0) == 0
         assert first.stats.reply.mat == 1.0
-        await wait_for(pilot, lambda: app.chat.conversation.timing)
+        await wait_for(pilot, lambda: app.chat.conversation.replies.timing)
         assert "timing drafts on this CPU" in str(app.query_one("#status").render())
         await send(pilot, app, "Repeat it again: the quick brown fox.")
-        await wait_for(pilot, lambda: app.chat.conversation.pending is not None)
+        await wait_for(pilot, lambda: app.chat.conversation.replies.pending is not None)
         assert "your prompt waits: timing drafts" in str(app.query_one("#status").render())
         release.set()
         await wait_for(pilot, lambda: app.chat.replies_finished == 2, 120)
-        assert len(timed) == 1 and not app.chat.conversation.timing
+        assert len(timed) == 1 and not app.chat.conversation.replies.timing
         second = replies(store, app.chat.chat_id)[-1]
         assert (
             second.stats is not None and second.stats.reply.steps < second.stats.reply.tokens
@@ -453,9 +457,9 @@ async def test_esc_stops_timing_the_machine_and_the_waiting_prompt_goes_at_once(
     app = make_app(lm=default_lm, config=config(8))  # no known curve
     async with app.run_test(size=(120, 36)) as pilot:
         await send(pilot, app, "Repeat: the quick brown fox.")
-        await wait_for(pilot, lambda: app.chat.conversation.timing, 120)
+        await wait_for(pilot, lambda: app.chat.conversation.replies.timing, 120)
         await send(pilot, app, "Repeat it again: the quick brown fox.")
-        await wait_for(pilot, lambda: app.chat.conversation.pending is not None)
+        await wait_for(pilot, lambda: app.chat.conversation.replies.pending is not None)
         assert "esc answers now" in str(app.query_one("#status").render())
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.chat.replies_finished == 2, 120)

@@ -187,7 +187,7 @@ async def test_locked_database_write_is_a_notice(
         try:
             await pilot.press(*"hello", "enter")
             await wait_for(pilot, lambda: any("lock" in n.lower() for n in notices(app)), 20)
-            assert app.chat.chat_id is None or app.chat.conversation.pending is None
+            assert app.chat.chat_id is None or app.chat.conversation.replies.pending is None
         finally:
             locker.rollback()
             locker.close()

@@ -22,6 +22,7 @@ from samchat.tui.status_line import status_line
 from samchat.tui.widgets.chat_view import ChatView
 from samchat.tui.widgets.conversation import Conversation
 from samchat.tui.widgets.prompt import PromptArea
+from samchat.tui.widgets.reply_controller import ReplyController
 from samchat.tui.widgets.sidebar import Sidebar
 
 if TYPE_CHECKING:
@@ -114,13 +115,13 @@ class ChatScreen(Screen[None]):
     def model_ready(self) -> None:
         """A model was loaded: the prompt that waited for it is answered now."""
         self.update_status()
-        self.conversation.model_ready()
+        self.conversation.replies.model_ready()
 
     # -- the sidebar ---------------------------------------------------------------------------
 
     @guarded
     async def on_sidebar_chat_chosen(self, event: Sidebar.ChatChosen) -> None:
-        if self.conversation.job is not None and event.chat_id != self.chat_id:
+        if self.conversation.replies.job is not None and event.chat_id != self.chat_id:
             self.notify("the reply keeps streaming into its own chat", timeout=3)
         await self.open_chat(event.chat_id, event.message_id, focus_id=event.message_id)
         if event.message_id is None:
@@ -157,7 +158,10 @@ class ChatScreen(Screen[None]):
     def on_conversation_changed(self) -> None:
         self.update_status()
 
-    def on_conversation_settled(self, event: Conversation.Settled) -> None:
+    def on_reply_controller_changed(self) -> None:
+        self.update_status()
+
+    def on_reply_controller_settled(self, event: ReplyController.Settled) -> None:
         self.refresh_sidebar()
         self.update_status()
         self.replies_finished += 1
@@ -226,7 +230,7 @@ class ChatScreen(Screen[None]):
 
     @guarded
     def action_stop(self) -> None:
-        self.conversation.stop()
+        self.conversation.replies.stop()
 
     @guarded
     async def action_regenerate(self) -> None:

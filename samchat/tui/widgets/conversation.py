@@ -1,14 +1,12 @@
 """The open chat's conversation: its messages (a ChatView, the legend of the provenance colours
 and the stats bar of the reply's figures) and each turn of it. A question is saved when it is
-sent, after its documents are read and fitted by this widget's sources worker; its reply
-streams in from this widget's reply worker (or waits for the model) and is saved when it ends.
-What the screen shows around it follows the messages it posts: Opened, Sent, Settled, Changed."""
+sent, after its documents are read and fitted by this widget's sources worker; its reply is
+its ReplyController's (reply_controller.py), which streams, saves and reports it. What the
+screen shows around it follows the messages they post: Opened, Sent, Returned, Changed, and the
+controller's Changed and Settled."""
 
 from __future__ import annotations
 
-import dataclasses
-import threading
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -16,30 +14,19 @@ from textual import work
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
-from textual.timer import Timer
 from textual.widgets import Static
-from textual.worker import get_current_worker
 
 from samchat.chat.documents import gather_sources
 from samchat.chat.live_stats import LiveStats
-from samchat.chat.service import PendingReply, ReplyRecord
+from samchat.chat.service import PendingReply
 from samchat.errors import SamchatError
 from samchat.tui.guard import guarded
-from samchat.tui.reply_stream import stream_to
 from samchat.tui.screens import chat_dialogs as dialogs
-from samchat.tui.states import ModelState
 from samchat.tui.widgets.chat_view import ChatView
 from samchat.tui.widgets.message_view import MessageView, legend_content
+from samchat.tui.widgets.reply_controller import ReplyController
 from samchat.tui.widgets.stats_bar import StatsBar
-from samchat.tui.worker_messages import (
-    CurveTiming,
-    ReplyFailed,
-    ReplyFinished,
-    ReplyJob,
-    ReplyReading,
-    SourcesFailed,
-    SourcesReady,
-)
+from samchat.tui.worker_messages import SourcesFailed, SourcesReady
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -47,22 +34,16 @@ if TYPE_CHECKING:
 
     from samchat.chat.generator import Replies
     from samchat.chat.service import ChatService
-    from samchat.decoding.params import SamplingParams
     from samchat.figures import SourceRef
     from samchat.messages import Message as ChatMessage
-    from samchat.store import MessageRow
     from samchat.tui.host import ChatHost
     from samchat.tui.screens.documents import ChatDocuments
-
-# How often a streaming reply is shown: a frame's tokens in one update, so the UI's work stays
-# a few updates a second whatever the engine's speed (on two cores it competes with the engine).
-FRAME_S = 1 / 20
 
 
 class Conversation(Vertical):
     @dataclass
     class Changed(Message):
-        """A reply started, waits, ended, or the machine is being timed: the status follows."""
+        """A question's documents began or ended being read: the status follows."""
 
     @dataclass
     class Opened(Message):
@@ -84,40 +65,30 @@ class Conversation(Vertical):
 
         question: str
 
-    @dataclass
-    class Settled(Message):
-        """A reply was saved (or could not be) and shown; `joined`: it joined the thread on
-        screen (the branch headers follow)."""
-
-        joined: bool
-
     def __init__(self, host: ChatHost, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.host = host  # the model that answers, and the sampling it answers with
         self.chat_id: int | None = None  # the chat shown (None: a new one)
         self.preparing = False  # a question's documents are being read and fitted
-        self.job: ReplyJob | None = None  # the reply streaming now (until settled)
-        self.pending: ReplyJob | None = None  # a reply waiting for the model
-        self.timing = False  # this machine's costs are being measured (after a first reply)
-        self.timing_stop = threading.Event()  # Esc, or a new prompt: the timing gives way
-        self.last_live: LiveStats | None = None
-        self._frames: Timer | None = None  # shows the streaming reply once a frame
-
-    def on_mount(self) -> None:
-        self._frames = self.set_interval(FRAME_S, self._show_frame, pause=True)
+        self.replies = ReplyController(host, self)
 
     def compose(self) -> ComposeResult:
         yield ChatView(id="chat-view")
         yield Static(legend_content(), id="legend")
         yield StatsBar(id="stats-bar")
+        yield self.replies
 
     @property
     def chat_view(self) -> ChatView:
         return self.query_one("#chat-view", ChatView)
 
     @property
+    def stats_bar(self) -> StatsBar:
+        return self.query_one(StatsBar)
+
+    @property
     def busy(self) -> bool:
-        return self.job is not None or self.pending is not None or self.preparing
+        return self.replies.job is not None or self.replies.pending is not None or self.preparing
 
     async def show_chat(self, chat_id: int | None, leaf_id: int | None = None) -> bool:
         """Show the branch of `chat_id` that ends at `leaf_id` (None: its newest); False when
@@ -241,7 +212,7 @@ class Conversation(Vertical):
             return False
         self.post_message(self.Sent(reply.chat_id, title))
         await self.chat_view.add_view(self.chat_view.make_view(row), row)
-        await self.start_reply(reply, self.host.model_name)
+        await self.replies.start_reply(reply, self.host.model_name)
         return True
 
     async def regenerate(self) -> None:
@@ -272,7 +243,7 @@ class Conversation(Vertical):
         except SamchatError as exc:
             self.host.error(exc, "Database")
             return
-        await self.start_reply(reply, self.host.model_name)
+        await self.replies.start_reply(reply, self.host.model_name)
 
     async def switch_branch(self, step: int) -> None:
         """Show the branch `step` places away at the focused message, else at the newest
@@ -315,7 +286,7 @@ class Conversation(Vertical):
 
         async def resend(reply: PendingReply) -> None:
             await self.show_chat(chat_id, reply.parent_id)
-            await self.start_reply(reply, self.host.model_name)
+            await self.replies.start_reply(reply, self.host.model_name)
 
         dialogs.edit_message(
             self.app,
@@ -327,181 +298,6 @@ class Conversation(Vertical):
             lambda: self.chat_id == chat_id,
         )
 
-    # -- the reply -----------------------------------------------------------------------------
-
-    async def start_reply(self, reply: PendingReply, model_name: str) -> None:
-        """A streaming view for `reply`; generation starts now, or when the model is ready."""
-        view = MessageView(
-            message_id=None,
-            role="assistant",
-            content="",
-            model=model_name,
-            parent_id=reply.parent_id,
-        )
-        await self.chat_view.add_view(view)
-        view.start_stream()
-        job = ReplyJob(reply, view, LiveStats(time.perf_counter()))
-        if self.host.generator is None:
-            self.pending = job
-            if self.host.model_state != ModelState.LOADING:
-                self.notify(
-                    "no model is loaded: ctrl+l picks one; the prompt waits", severity="warning"
-                )
-            self.post_message(self.Changed())
-            return
-        self.launch(job)
-
-    def model_ready(self) -> None:
-        """A model was loaded (or timed): the prompt that waited for it is answered now."""
-        if self.pending is not None and self.host.generator is not None:
-            job, self.pending = self.pending, None
-            self.launch(job)
-
-    def launch(self, job: ReplyJob) -> None:
-        generator = self.host.generator
-        assert generator is not None
-        if self.timing:  # the model is busy timing this machine: the prompt waits (Esc: now)
-            self.pending = job
-            self.post_message(self.Changed())
-            return
-        job.live = LiveStats(time.perf_counter())
-        job.reply.model = generator.lm.name
-        self.job = job
-        self.post_message(self.Changed())
-        self.run_reply(job, generator, dataclasses.replace(self.host.cfg.sampling))
-        if self._frames is not None:
-            self._frames.resume()
-
-    def stop(self) -> None:
-        """Stop the streaming reply, or the timing of the machine (the next reply times it;
-        a prompt that waited for it goes at once), or drop the prompt that waits."""
-        if self.job is not None:
-            self.job.cancel.set()
-            return
-        if self.timing:  # a prompt waiting for it goes as soon as it has stopped
-            self.timing_stop.set()
-            return
-        if self.pending is not None:
-            job, self.pending = self.pending, None
-            self.call_later(self._drop_pending, job)
-
-    def stop_all(self) -> None:
-        """The app quits: the reply and the timing stop at their next step (a long read at
-        once), so that closing this widget, which waits for its worker, takes no time."""
-        if self.job is not None:
-            self.job.cancel.set()
-        self.timing_stop.set()
-
-    async def _drop_pending(self, job: ReplyJob) -> None:
-        if job.view.is_attached:
-            await job.view.finish(None, None)
-            await job.view.remove()
-        self.notify("the waiting prompt will not be answered", timeout=3)
-        self.post_message(self.Changed())
-
-    @work(thread=True, group="reply", exit_on_error=False)
-    def run_reply(self, job: ReplyJob, gen: Replies, sampling: SamplingParams) -> None:
-        """The chat service's stream, posted back to this widget."""
-        worker = get_current_worker()
-        self.timing_stop.clear()
-        stream_to(
-            self.post_message,
-            job,
-            gen,
-            sampling,
-            lambda: worker.is_cancelled,
-            lambda: worker.is_cancelled or self.timing_stop.is_set(),
-        )
-
-    async def _show_frame(self) -> None:
-        if self.job is not None:
-            await self._show_feed(self.job)
-
-    async def _show_feed(self, job: ReplyJob) -> None:
-        """What the reply's worker produced since the last frame: one update of the text,
-        the provenance and the figures, however many tokens it holds."""
-        batch = job.feed.take()
-        if batch is None:
-            return
-        job.live.apply(batch)
-        if batch.text and job.view.is_attached:
-            await job.view.append(batch.text, batch.pieces)
-        self.query_one(StatsBar).show(job.live, "streaming")
-
-    def _stop_frames(self) -> None:
-        if self._frames is not None and self.job is None:
-            self._frames.pause()
-
-    def on_curve_timing(self, msg: CurveTiming) -> None:
-        self.timing = msg.busy
-        if not msg.busy:
-            self.model_ready()  # a prompt that waited is answered now
-        self.post_message(self.Changed())
-
-    def on_reply_reading(self, msg: ReplyReading) -> None:
-        if msg.job.view.is_attached:
-            msg.job.view.show_reading(msg.done, msg.total)
-
-    @guarded
-    async def on_reply_finished(self, msg: ReplyFinished) -> None:
-        """Save the reply, then show it as saved."""
-        job, record = msg.job, msg.record
-        await self._show_feed(job)  # the last frame's worth, before the engine's figures
-        job.live.on_done(record.stats)
-        if record.finish_reason == "interrupted":  # a server broke off: the text is kept
-            self.notify(record.notice, title="Reply interrupted", severity="warning", timeout=10)
-        elif record.notice:
-            self.notify(record.notice, title="Context")
-        message_id: int | None = None
-        row = None
-        try:
-            message_id, row = self.save(job, record)
-        finally:
-            joined = await self.settle(job, record, message_id, row)
-        self.post_message(self.Settled(joined))
-
-    def save(self, job: ReplyJob, record: ReplyRecord) -> tuple[int | None, MessageRow | None]:
-        """Save the reply under its question: its message id (None: not saved) and, when its
-        chat is the one shown, its row."""
-        service = self.host.service
-        if service is None:
-            return None, None
-        try:
-            message_id = service.finish(job.reply, record)
-        except SamchatError as exc:
-            self.host.error(exc, "Database")
-            return None, None
-        self.host.poke_indexer()  # the turn joins the static index for later replies
-        if message_id is None or self.chat_id != job.chat_id:
-            return message_id, None
-        return message_id, service.store.message(message_id)
-
-    async def settle(
-        self, job: ReplyJob, record: ReplyRecord, message_id: int | None, row: MessageRow | None
-    ) -> bool:
-        """The reply was saved as `message_id` (None: not saved); `row`: the saved message, when
-        its chat is the one shown. True: it joined the thread on screen."""
-        if self.job is job:
-            self.job = None
-            self._stop_frames()
-        view, shown = job.view, False
-        if not view.is_attached:  # the user opened another chat meanwhile
-            await view.drop_stream()
-        else:
-            # The engine's figures and provenance; the streamed view matches them.
-            await view.finish(message_id, record.stats)
-            if row is not None:
-                self.chat_view.rows.append(row)
-                shown = True
-        if shown:
-            self.refresh_branch_headers()
-        self.query_one(StatsBar).show(job.live, record.finish_reason)
-        if record.finish_reason == "cancelled":
-            self.notify("stopped", timeout=2)
-        self.last_live = job.live
-        self.post_message(self.Changed())
-        return shown
-
     def refresh_branch_headers(self) -> None:
         data = self.host.data
         if data is None:
@@ -511,16 +307,6 @@ class Conversation(Vertical):
         except SamchatError:
             return
         self.chat_view.show_branches(branches)
-
-    async def on_reply_failed(self, msg: ReplyFailed) -> None:
-        if self.job is msg.job:
-            self.job = None
-            self._stop_frames()
-        await msg.job.view.drop_stream()
-        if msg.job.view.is_attached:
-            await msg.job.view.remove()
-        self.notify(msg.error, severity="error", title="Generation failed", timeout=10)
-        self.post_message(self.Changed())
 
     # -- the messages shown --------------------------------------------------------------------
 
@@ -540,10 +326,10 @@ class Conversation(Vertical):
         """A finished reply shows its stored figures (and speed trace) in the stats bar."""
         view = event.view
         stats = view.stats
-        if self.job is not None or view.role != "assistant" or stats is None:
+        if self.replies.job is not None or view.role != "assistant" or stats is None:
             return
         live = LiveStats(0.0)
         live.tokens = stats.reply.tokens
         live.speeds = list(stats.speed_trace)
         live.on_done(stats)
-        self.query_one(StatsBar).show(live, f"{stats.finish_reason} (stored)")
+        self.stats_bar.show(live, f"{stats.finish_reason} (stored)")
