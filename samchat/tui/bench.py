@@ -16,12 +16,15 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from samchat.chat.config import Config
-from samchat.chat.opening import Model
 from samchat.errors import SamchatError
 from samchat.models.loader import ModelSpec
 from samchat.names import Method
+
+if TYPE_CHECKING:
+    from samchat.chat.opening import Model
 
 REPLY_TIMEOUT_S = 600.0
 

@@ -31,7 +31,7 @@ def test_the_app_and_ask_answer_alike_and_the_live_figures_hold(tmp_path: Path) 
             "--max-new-tokens",
             "48",
             "--rounds",
-            "2",
+            "1",
             "--json",
             str(out),
         ],
@@ -44,16 +44,16 @@ def test_the_app_and_ask_answer_alike_and_the_live_figures_hold(tmp_path: Path) 
     assert "| plain |" in done.stdout and "| sam+tr |" in done.stdout
     data = json.loads(out.read_text(encoding="utf-8"))
     runs = data["runs"]
-    # Every question through both front ends, both methods, both rounds.
-    assert sorted((r["front"], r["method"], r["round"]) for r in runs) == sorted(
-        (front, method, rnd)
-        for front in ("app", "cli")
-        for method in ("plain", "sam+tr")
-        for rnd in (0, 1)
-    )
+    # The question through both front ends, with both methods.
+    assert sorted((r["front"], r["method"]) for r in runs) == [
+        ("app", "plain"),
+        ("app", "sam+tr"),
+        ("cli", "plain"),
+        ("cli", "sam+tr"),
+    ]
     assert len({r["text_sha"] for r in runs}) == 1  # one greedy reply, whoever decodes it
     for row in data["summary"]:
-        assert row["identical_replies"] == "2/2"
+        assert row["identical_replies"] == "1/1"
         assert row["app_tok_s"] > 0 and row["cli_tok_s"] > 0
     for run in runs:
         assert run["tokens"] > 1 and run["tokens_per_s"] > 0

@@ -124,3 +124,47 @@ def test_a_model_that_is_no_gguf_is_a_one_line_error(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert done.stderr.strip().count("\n") == 0 and "not a GGUF file" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_after_bench_engines_the_apps_first_reply_drafts(
+    measured: tuple[Path, list[EngineSpeed]], tmp_path: Path
+) -> None:
+    """bench engines (make setup) keeps each engine's cost curve: the app's very first reply
+    on the engine it chose drafts, and no timing of the machine follows it."""
+    import asyncio
+
+    from samchat.chat.config import Config
+    from samchat.store import Store
+    from samchat.tui.app import SamchatApp
+
+    cache, speeds = measured
+    best = min(speeds, key=lambda s: s.ms_per_token)
+    cfg = Config()
+    cfg.sampling.max_new_tokens = 24
+    app = SamchatApp(
+        db_path=tmp_path / "samchat.db",
+        config=cfg,
+        config_path=tmp_path / "config.toml",
+        cache_dir=cache,
+    )
+    timed: list[bool] = []
+
+    async def ask() -> None:
+        async with app.run_test(size=(120, 36)) as pilot:
+            while app.model_state != "ready":
+                await pilot.pause(0.05)
+            assert app.lm is not None and app.lm.engine == best.engine
+            app.chat.prompt.insert("Repeat after me: the quick brown fox jumps over the lazy dog.")
+            await pilot.press("enter")
+            while app.chat.replies_finished == 0:
+                timed.append(app.chat.conversation.replies.timing)
+                await pilot.pause(0.05)
+            await pilot.pause(0.3)
+            timed.append(app.chat.conversation.replies.timing)
+
+    asyncio.run(asyncio.wait_for(ask(), 300))
+    assert not any(timed)
+    with Store.open(tmp_path / "samchat.db") as store:
+        (chat,) = store.chats()
+        reply = next(m for m in store.messages(chat.id) if m.role == "assistant")
+    assert reply.stats is not None and reply.stats.reply.steps < reply.stats.reply.tokens
