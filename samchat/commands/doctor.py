@@ -106,7 +106,7 @@ def _chosen_row() -> tuple[str, str]:
 def _kernel_rows(cache: Path) -> list[tuple[str, str]]:
     """The torch kernels measured fastest on this machine, per model and dtype (chosen at a
     model's first reply, cached with its cost curve)."""
-    from samchat.engines.cost import cached_kernel_plans
+    from samchat.engines.costs.cache import cached_kernel_plans
 
     plans = cached_kernel_plans(cache / "costs")
     if not plans:

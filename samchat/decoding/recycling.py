@@ -47,7 +47,7 @@ from samchat.decoding.policy.recycling import (
 )
 from samchat.decoding.protocols import SessionModel
 from samchat.decoding.tree import DraftTree
-from samchat.engines.cost import CostCurve
+from samchat.engines.costs import CostCurve
 
 log = logging.getLogger(__name__)
 

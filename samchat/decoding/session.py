@@ -24,7 +24,7 @@ from samchat.decoding.sampling import Sampler
 from samchat.decoding.tree import DraftTree
 from samchat.engines import Engine, Logits, open_engine
 from samchat.engines.base import ReadStopped
-from samchat.engines.cost import CostCurve, CostTracker
+from samchat.engines.costs import CostCurve, CostTracker
 from samchat.errors import SamchatError
 from samchat.messages import Message
 
@@ -211,14 +211,14 @@ class ChatSession:
 
     def _curve_for_device(self) -> CostCurve:
         if self._curve is None:
-            self._curve = self._engine.cost_curve()
+            self._curve = self._engine.meter.cost_curve()
         return self._curve
 
     def _known_curve(self) -> CostCurve | None:
         """The cost curve, measured first unless measure_first is off (then None while it is
         not known: that reply runs plainly)."""
         if self._curve is None and not self.measure_first:
-            self._curve = self._engine.cached_cost_curve()
+            self._curve = self._engine.meter.cached_cost_curve()
             self.curve_missing = self._curve is None
             return self._curve
         return self._curve_for_device()
@@ -228,8 +228,8 @@ class ChatSession:
         cached): what sizes drafts. Call it when nothing else runs, since it times the CPU.
         `cancelled()` true stops it (MeasurementCancelled; nothing is kept)."""
         if self._curve is None:
-            self._curve = self._engine.cost_curve(cancelled)
-        self._engine.fit()
+            self._curve = self._engine.meter.cost_curve(cancelled)
+        self._engine.meter.fit()
         self.curve_missing = False
 
     def _calibrate(self, pending: int) -> float:
@@ -377,7 +377,7 @@ class ChatSession:
         self, messages: list[Message], params: SamplingParams
     ) -> tuple[list[int], str, Drafting | None]:
         """Fit the prompt, and plan this reply's drafters."""
-        self._engine.fit(measure=self.measure_first)
+        self._engine.meter.fit(measure=self.measure_first)
         prompt, notice = self._fit(messages, params)
         inexact = self._engine.inexact_reason
         if inexact and not self._told_inexact and self.config.method != "plain":

@@ -112,7 +112,9 @@ def _time_steps(spec: ModelSpec, say: Say) -> EngineSpeed:
         engine.commit(start, [0])
         if step >= STEPS:
             times.append(time.perf_counter() - t0)
-    return EngineSpeed(spec.engine, spec.dtype, 1000 * statistics.median(times), engine.describe())
+    return EngineSpeed(
+        spec.engine, spec.dtype, 1000 * statistics.median(times), engine.meter.describe()
+    )
 
 
 def measure(spec: ModelSpec, cache_dir: Path, say: Say) -> list[EngineSpeed]:

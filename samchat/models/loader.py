@@ -10,10 +10,11 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from samchat.engines.costs.cache import CurveMemo
 from samchat.engines.registry import (
     AUTO,
     DEFAULT,
@@ -40,7 +41,7 @@ from samchat.models.kept_tokenizer import KeptTokenizer
 from samchat.models.stop_tokens import stop_ids
 from samchat.names import StepMode
 from samchat.paths import model_cache_dir
-from samchat.remote.endpoint import is_remote
+from samchat.sources import is_remote
 
 if TYPE_CHECKING:
     from samchat.decoding.protocols import Tokenizer
@@ -81,6 +82,8 @@ class LoadedModel:
     engine: str = "torch"  # the registry's name of the engine that runs `model`
     # How the torch engine runs decode and verify steps (TorchEngine's `steps`).
     steps: StepMode = "dynamic"
+    # The cost curves measured for these weights, shared by every engine made from them.
+    curves: CurveMemo = field(default_factory=CurveMemo, compare=False, repr=False)
 
     @property
     def device_type(self) -> str:

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from samchat.corpus.passages import split_passages
 from samchat.errors import StoreError
 from samchat.figures import StoredStats
 from samchat.messages import Message
+from samchat.passages import split_passages
 from samchat.store.connection import connect, translate, write_transaction
 from samchat.store.migrations import migrate
 from samchat.store.rows import Chat, DocumentRow, MessageRow, PassageHit, SearchHit

@@ -19,7 +19,7 @@ from samchat.decoding.policy import (
     calibration_due,
 )
 from samchat.decoding.tree import DraftTree
-from samchat.engines.cost import DEFAULT_CPU, CostCurve, CostTracker
+from samchat.engines.costs import DEFAULT_CPU, CostCurve, CostTracker
 from samchat.errors import SamchatError
 from tests.fakes import FakeDrafter
 

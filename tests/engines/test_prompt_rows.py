@@ -12,7 +12,7 @@ from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepSt
 from samchat.decoding.policy import PROMPT_LOGITS, PROMPT_ROWS, REST_SAMPLE, Selector, prompt_rows
 from samchat.decoding.recycling import TokenRecyclingDrafter
 from samchat.engines import open_engine
-from samchat.engines.cost import CostCurve
+from samchat.engines.costs import CostCurve
 from tests.decoding.prompts import LONG_CONTEXT
 
 pytestmark = pytest.mark.model

@@ -17,7 +17,7 @@ from samchat.decoding.policy.recycling import tree_sizes
 from samchat.decoding.policy.selector import PLAIN, Decision, Selector
 from samchat.decoding.tree import DraftTree
 from samchat.engines.base import DRAFT_ROWS, Logits
-from samchat.engines.cost import FLAT_COST, CostCurve, CostTracker
+from samchat.engines.costs import FLAT_COST, CostCurve, CostTracker
 
 # A plain step is forced when none ran for this many steps (replies included), so the one-token
 # time (the cost curve's unit and speedup_est's baseline) follows the machine's current load.

@@ -5,8 +5,8 @@ tracks its own accuracy."""
 from __future__ import annotations
 
 from samchat.decoding.policy.selector import MAX_DRAFT
-from samchat.engines.cost import SIZES as MEASURED_ROWS
-from samchat.engines.cost import CostCurve
+from samchat.engines.costs import SIZES as MEASURED_ROWS
+from samchat.engines.costs import CostCurve
 
 K = 8  # next-token candidates kept per token
 MAX_DEPTH = 6

@@ -15,7 +15,7 @@ from samchat.decoding.policy.acceptance import (
 )
 from samchat.decoding.tree import DraftTree
 from samchat.engines.base import DRAFT_ROWS
-from samchat.engines.cost import FLAT_COST, CostCurve
+from samchat.engines.costs import FLAT_COST, CostCurve
 from samchat.names import DrafterName, DraftSource
 
 # The largest draft: a forward's rows less the pending token's.
