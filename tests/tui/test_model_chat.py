@@ -360,8 +360,8 @@ async def test_a_first_reply_does_not_wait_for_timing_the_machine(
     def measure(self: ChatSession, cancelled: Callable[[], bool] | None = None) -> None:
         timed.append(time.perf_counter())
         release.wait(30)  # until the test has seen the waiting prompt
-        self._curve = curve
-        self.curve_missing = False
+        self._planner.curve = curve
+        self._planner.curve_missing = False
 
     monkeypatch.setattr(ChatSession, "measure_cost_curve", measure)
     app = make_app(lm=default_lm, config=config(8))  # no known curve
