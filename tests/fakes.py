@@ -13,8 +13,8 @@ from typing import Any, Literal
 import numpy as np
 
 from samchat.chat.record import StoredStats
-from samchat.decoding.drafter import Drafter
 from samchat.decoding.events import ReplyStats
+from samchat.decoding.protocols import Drafter
 from samchat.decoding.tree import DraftTree
 from samchat.engines import Logits
 from samchat.engines.costs import CostCurve

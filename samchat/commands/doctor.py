@@ -28,7 +28,7 @@ def report(data_dir: Path | None = None) -> list[tuple[str, str]]:
 
     from samchat import paths
     from samchat.engines.cpu import cpu_flags, cpu_name
-    from samchat.engines.torch.devices import resolve_device
+    from samchat.engines.torch.placement import resolve_device
     from samchat.models.default import converted_dir, default_gguf_source
 
     rows: list[tuple[str, str]] = [

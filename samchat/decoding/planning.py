@@ -8,10 +8,9 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from samchat.decoding.drafter import Drafter
 from samchat.decoding.params import DecodingConfig
 from samchat.decoding.policy import AcceptanceModel, Drafting
-from samchat.decoding.protocols import DraftIndex, SessionModel
+from samchat.decoding.protocols import Drafter, DraftIndex, SessionModel
 from samchat.engines import Engine
 from samchat.engines.costs import CostCurve, CostTracker
 
@@ -67,20 +66,20 @@ class ReplyPlanner:
         cfg = self.config
         if cfg.method == "plain" or plain_reason:
             return None, None, None
-        dyn = static = aux = None
+        dynamic = static = aux = None
         if cfg.uses_sam:
             if self.dynamic is None:
                 self.dynamic = _make_dynamic()
-            dyn = self.dynamic
+            dynamic = self.dynamic
             if self.static is None and self.static_index is not None:
                 self.static = _make_static(self.static_index, cfg)
             static = self.static
-        if cfg.uses_tr:
+        if cfg.uses_recycling:
             if self.recycling is None and not self._recycling_tried:
                 self._recycling_tried = True
                 self.recycling = _make_recycling(self.lm, self.cache_dir)
             aux = self.recycling
-        return dyn, static, aux
+        return dynamic, static, aux
 
     def plan(self, context: int, plain_reason: str | None, trees: bool) -> Drafting | None:
         """This reply's drafters and selector, priced on the cost curve after `context` cached
@@ -102,7 +101,7 @@ class ReplyPlanner:
 
 def _make_dynamic() -> Drafter | None:
     try:
-        from samchat.decoding.sam_drafters import DynamicSamDrafter
+        from samchat.decoding.automaton_drafters import DynamicSamDrafter
     except ImportError as exc:
         log.warning("dynamic SAM drafter unavailable: %s", exc)
         return None
@@ -111,7 +110,7 @@ def _make_dynamic() -> Drafter | None:
 
 def _make_static(index: DraftIndex, config: DecodingConfig) -> Drafter | None:
     try:
-        from samchat.decoding.sam_drafters import StaticSamDrafter
+        from samchat.decoding.automaton_drafters import StaticSamDrafter
     except ImportError as exc:
         log.warning("static SAM drafter unavailable: %s", exc)
         return None
@@ -119,6 +118,6 @@ def _make_static(index: DraftIndex, config: DecodingConfig) -> Drafter | None:
 
 
 def _make_recycling(lm: SessionModel, cache_dir: Path | None) -> Drafter | None:
-    from samchat.decoding.recycling import TokenRecyclingDrafter
+    from samchat.decoding.token_recycling import TokenRecyclingDrafter
 
     return TokenRecyclingDrafter.for_model(lm, cache_dir)

@@ -11,13 +11,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from samchat.decoding.context_fit import drop_oldest_turn, dropped_notice
-from samchat.decoding.drafter import Drafter
 from samchat.decoding.events import Event, StepStats
 from samchat.decoding.params import DecodingConfig, SamplingParams
 from samchat.decoding.planning import ReplyPlanner
 from samchat.decoding.policy import PLAIN, Decision, Drafting, begin_reply
 from samchat.decoding.prompt import render_prompt
-from samchat.decoding.protocols import DraftIndex, SessionModel
+from samchat.decoding.protocols import Drafter, DraftIndex, SessionModel
 from samchat.decoding.reading import PromptReader
 from samchat.decoding.reply import Reply
 from samchat.decoding.sampling import Sampler

@@ -21,7 +21,7 @@ from samchat.decoding.policy import (
     bucket,
 )
 from samchat.decoding.policy.recycling import tree_sizes
-from samchat.decoding.recycling import TokenRecyclingDrafter
+from samchat.decoding.token_recycling import TokenRecyclingDrafter
 from samchat.engines.costs import CostCurve, CostTracker
 
 # llama.cpp's curve on a 2-core x86 CPU (docs/history): each row adds about half a forward.

@@ -10,7 +10,7 @@ import pytest
 
 from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepStats
 from samchat.decoding.policy import PROMPT_LOGITS, PROMPT_ROWS, REST_SAMPLE, Selector, prompt_rows
-from samchat.decoding.recycling import TokenRecyclingDrafter
+from samchat.decoding.token_recycling import TokenRecyclingDrafter
 from samchat.engines import open_engine
 from samchat.engines.costs import CostCurve
 from tests.decoding.prompts import LONG_CONTEXT

@@ -1,4 +1,4 @@
-"""Token Recycling's numbers (samchat/decoding/recycling.py runs them): its table's width, the
+"""Token Recycling's numbers (samchat/decoding/token_recycling.py runs them): its table's width, the
 tree sizes a cost curve allows it and their depth, the priors of its rank rates, and how it
 tracks its own accuracy."""
 
