@@ -108,7 +108,7 @@ class _LevelFormatter(logging.Formatter):
 def _report_progress_lines() -> None:
     """Libraries log the rare slow first-time steps (measuring the verification cost curve) at
     INFO; a command shows them on stderr. (The app does not: the terminal is its screen.)"""
-    logger = logging.getLogger("samchat.engines.cost")
+    logger = logging.getLogger("samchat.engines.costs")
     if any(h.get_name() == "samchat-cli" for h in logger.handlers):
         return  # main() ran before in this process (tests)
     handler = _StderrHandler()

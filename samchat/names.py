@@ -9,6 +9,8 @@ from typing import Literal, TypeVar, get_args
 
 N = TypeVar("N", bound=str)
 
+# The short forms are what users type and stored rows hold; code names them by the constants
+# below (DYNAMIC_SAM, ...).
 DrafterName = Literal["dyn", "static", "tr"]  # dynamic SAM, static SAM, Token Recycling
 SamDrafter = Literal["dyn", "static"]
 # What one step drafted from: a drafter, a SAM sequence merged with a Token Recycling tree, or
@@ -26,6 +28,9 @@ StepMode = Literal["dynamic", "graphs", "static", "auto"]
 DRAFTERS: tuple[DrafterName, ...] = get_args(DrafterName)
 METHODS: tuple[Method, ...] = get_args(Method)
 STEP_MODES: tuple[StepMode, ...] = get_args(StepMode)
+DYNAMIC_SAM: DrafterName = "dyn"  # the conversation's own automaton
+STATIC_SAM: DrafterName = "static"  # the static index of chats and documents
+TOKEN_RECYCLING: DrafterName = "tr"
 
 
 def named(value: str, names: tuple[N, ...]) -> N:
@@ -37,7 +42,7 @@ def named(value: str, names: tuple[N, ...]) -> N:
     raise ValueError(f"{value!r} is not one of {', '.join(names)}")
 
 
-_MERGED: dict[DraftSource, DraftSource] = {"dyn": "dyn+tr", "static": "static+tr"}
+_MERGED: dict[DraftSource, DraftSource] = {DYNAMIC_SAM: "dyn+tr", STATIC_SAM: "static+tr"}
 
 
 def merged_source(sam: DraftSource) -> DraftSource:

@@ -48,7 +48,7 @@ def main() -> None:
 
     lm = load_model(ModelSpec(engine="torch", dtype=args.dtype))
     engine = TorchEngine(lm)
-    engine.fit()
+    engine.meter.fit()
     ref = hf_model(load_model(ModelSpec(engine="torch", dtype=args.dtype)).model)  # unpatched
     ctx = torch.randint(0, int(lm.vocab_size), (1, args.context))
     engine.prefill(ctx[0].tolist())

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepStats, TextDelta
-from samchat.engines.cost import DEFAULT_CPU, CostCurve
+from samchat.engines.costs import DEFAULT_CPU, CostCurve
 from samchat.models import load_model
 from samchat.models.loader import ModelSpec
 

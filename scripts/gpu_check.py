@@ -83,7 +83,7 @@ def decode(
     each engine's curve: the largest trees, and the CPU run's minutes go to checking, not
     timing (the curves are measured once, above)."""
     from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepStats, TextDelta
-    from samchat.engines.cost import CostCurve
+    from samchat.engines.costs import CostCurve
     from samchat.names import METHODS, named
 
     curve = CostCurve.flat() if quick else None

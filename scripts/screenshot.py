@@ -23,7 +23,7 @@ PROMPTS = (
 
 async def _render(out: Path, size: tuple[int, int]) -> None:
     from samchat.chat.config import Config
-    from samchat.engines.cost import CostCurve
+    from samchat.engines.costs import CostCurve
     from samchat.models import load_model
     from samchat.tui.app import SamchatApp
 

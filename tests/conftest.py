@@ -93,16 +93,17 @@ def shared_costs(
     from samchat.engines.llamacpp.model import unavailable_reason
 
     if unavailable_reason() is None:  # without llama.cpp its own tests fail, not every test
-        from samchat.engines.cost import CostCurve, save_curve
+        from samchat.engines.costs import CostCurve
+        from samchat.engines.costs.cache import save_curve
         from samchat.engines.llamacpp.engine import LlamaCppEngine, curve_digest
 
         gguf_lm = request.getfixturevalue("gguf_lm")
         save_curve(CostCurve.default("cpu"), path / f"{curve_digest(gguf_lm)}.json")
-        # Read once through an engine: the process's own memo has it too, so that engines
+        # Read once through an engine: the model's own memo has it too, so that engines
         # without a cache (the benches') take it as well.
         engine = LlamaCppEngine(gguf_lm, n_ctx=512, cache_dir=path.parent)
         try:
-            assert engine.cached_cost_curve() is not None
+            assert engine.meter.cached_cost_curve() is not None
         finally:
             engine.close()
     yield path
@@ -137,7 +138,7 @@ def default_lm(shared_costs: Path, request: pytest.FixtureRequest) -> Iterator[o
 
     lm = load_model(ModelSpec(engine="torch", dtype="float32"))
     if request.config.stash.get(_MEASURE_CURVES, True):
-        TorchEngine(lm, shared_costs.parent).cost_curve()
+        TorchEngine(lm, shared_costs.parent).meter.cost_curve()
     yield lm
 
 

@@ -7,17 +7,18 @@ is tested on the real model."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
 from samchat.chat.record import StoredStats
-from samchat.decoding.drafter import Drafter
 from samchat.decoding.events import ReplyStats
+from samchat.decoding.protocols import Drafter
 from samchat.decoding.tree import DraftTree
 from samchat.engines import Logits
-from samchat.engines.cost import CostCurve
+from samchat.engines.costs import CostCurve
+from samchat.engines.costs.cache import CurveMemo
 from samchat.engines.layout import TreeLayout
 
 
@@ -37,6 +38,7 @@ class ModelRecord:
     eos_ids: tuple[int, ...] = ()
     engine: str = "torch"
     steps: str = "dynamic"
+    curves: CurveMemo = field(default_factory=CurveMemo)
 
     @property
     def device_type(self) -> str:
@@ -125,6 +127,10 @@ class ClockedEngine:
 
     def commit(self, start: int, keep: list[int]) -> None:
         self.rows = start + len(keep)
+
+    @property
+    def meter(self) -> ClockedEngine:
+        return self  # its own meter: a flat curve, measured never
 
     def fit(self, measure: bool = True) -> None:
         pass

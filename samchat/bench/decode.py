@@ -464,7 +464,7 @@ class DecodeBench:
     def _curves(self) -> dict[str, Any]:
         """Each session's engine's measured cost curve (what `predicted_vs_plain` prices steps
         with, whatever curve the sessions plan with)."""
-        return {key: s.engine.cost_curve() for key, s in self.sessions.items()}
+        return {key: s.engine.meter.cost_curve() for key, s in self.sessions.items()}
 
     def engine_details(self) -> dict[str, dict[str, Any]]:
         """Per configuration: the engine in words (kernels included) and its measured curve."""
@@ -474,7 +474,7 @@ class DecodeBench:
             if label not in out:
                 curve = self._curves[key]
                 out[label] = {
-                    "engine": session.engine.describe(),
+                    "engine": session.engine.meter.describe(),
                     "context": curve.context,
                     "relative_cost": curve.to_dict(),
                 }

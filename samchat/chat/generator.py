@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from samchat.decoding.params import DecodingConfig, SamplingParams
     from samchat.decoding.protocols import DraftIndex
     from samchat.decoding.session import ChatSession
-    from samchat.engines.cost import CostCurve
+    from samchat.engines.costs import CostCurve
     from samchat.models.loader import LoadedModel
     from samchat.remote.client import RemoteModel
     from samchat.remote.replies import RemoteGenerator

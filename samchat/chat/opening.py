@@ -30,7 +30,7 @@ def open_model(
     """The model `spec` names: loaded here, or (an `openai:` source) found on its server,
     which `cancelled()` abandons at once. endpoints: config.toml's [endpoints]; recent: the
     list of GGUF files loaded before."""
-    from samchat.remote.endpoint import is_remote
+    from samchat.sources import is_remote
 
     if is_remote(spec.source):
         from samchat.remote.client import connect

@@ -21,15 +21,8 @@ from samchat.cli_options import (
     spec_from_args,
     store_path,
 )
-from samchat.decoding.params import (
-    DecodingConfig,
-    Knob,
-    KnobError,
-    SamplingParams,
-    from_mapping,
-    knob_of,
-    to_mapping,
-)
+from samchat.decoding.knobs import Knob, KnobError, from_mapping, knob_of, to_mapping
+from samchat.decoding.params import DecodingConfig, SamplingParams
 from samchat.errors import SamchatError
 from samchat.interrupts import EXIT_INTERRUPTED
 from samchat.remote import REMOTE

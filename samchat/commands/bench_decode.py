@@ -240,7 +240,7 @@ def _meta(
 
 def cost_curve_option(value: str) -> Any:
     """--cost-curve: None (measured), the flat curve, or a fixed curve read from a file."""
-    from samchat.engines.cost import CostCurve
+    from samchat.engines.costs import CostCurve
 
     if value == "measured":
         return None

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         result = perplexity(engine, ids)
         seconds = time.perf_counter() - t0
         say(f"{label}: {result.perplexity:.4f} over {result.tokens} tokens ({seconds:.1f} s)")
-        results[label] = {**result.to_dict(), "dtype": lm.dtype, "engine": engine.describe()}
+        results[label] = {**result.to_dict(), "dtype": lm.dtype, "engine": engine.meter.describe()}
         del engine, lm
     first = next(iter(results.values()))["perplexity"]
     width = max(len(label) for label in results)

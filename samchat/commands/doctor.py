@@ -28,7 +28,7 @@ def report(data_dir: Path | None = None) -> list[tuple[str, str]]:
 
     from samchat import paths
     from samchat.engines.cpu import cpu_flags, cpu_name
-    from samchat.engines.torch.devices import resolve_device
+    from samchat.engines.torch.placement import resolve_device
     from samchat.models.default import converted_dir, default_gguf_source
 
     rows: list[tuple[str, str]] = [
@@ -144,7 +144,7 @@ def _pinned_rows(cache: Path) -> list[tuple[str, str]]:
 def _kernel_rows(cache: Path) -> list[tuple[str, str]]:
     """The torch kernels measured fastest on this machine, per model and dtype (chosen at a
     model's first reply, cached with its cost curve)."""
-    from samchat.engines.cost import cached_kernel_plans
+    from samchat.engines.costs.cache import cached_kernel_plans
 
     plans = cached_kernel_plans(cache / "costs")
     if not plans:

@@ -15,7 +15,8 @@ from samchat.cli_options import (
     spec_from_args,
     store_path,
 )
-from samchat.decoding.params import DecodingConfig, knob_of
+from samchat.decoding.knobs import knob_of
+from samchat.decoding.params import DecodingConfig
 from samchat.errors import SamchatError
 
 EXTRA = "pip install 'samchat[serve]'"

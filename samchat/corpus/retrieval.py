@@ -14,12 +14,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from samchat.corpus.passages import estimate_tokens
 from samchat.corpus.readers import Skip, read_file
 from samchat.corpus.rule import RetrievalRule
 from samchat.errors import SamchatError
 from samchat.figures import SourceRef
 from samchat.messages import Message
+from samchat.passages import estimate_tokens
 from samchat.store import Store
 
 if TYPE_CHECKING:

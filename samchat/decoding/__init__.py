@@ -12,7 +12,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from samchat.decoding.drafter import Drafter
     from samchat.decoding.events import (
         Event,
         PrefillProgress,
@@ -23,12 +22,13 @@ if TYPE_CHECKING:
     )
     from samchat.decoding.params import METHODS, DecodingConfig, SamplingParams
     from samchat.decoding.policy import Selector
+    from samchat.decoding.protocols import Drafter
     from samchat.decoding.session import ChatSession
     from samchat.decoding.tree import DraftTree
 
 # name -> the module (under samchat.decoding) that defines it
 _WHERE = {
-    "Drafter": "drafter",
+    "Drafter": "protocols",
     "Selector": "policy",
     "Event": "events",
     "PrefillProgress": "events",

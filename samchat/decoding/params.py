@@ -1,10 +1,8 @@
 """The knobs of one reply (SamplingParams) and of the decoding engine (DecodingConfig).
 
 This is the one declaration of every knob: each field carries its help text and its rules
-(bounds, choices) in its metadata, written with `knob()`. `validate()`, the config file
-(samchat.chat.config), the TUI's settings screen and `samchat ask` all read them from here
-through `knobs()`, `Knob.check()`/`Knob.parse()` and `from_mapping()`. Adding a knob is one
-line in a dataclass below plus the code that uses it.
+(bounds, choices), written with `knob()` (the framework: samchat/decoding/knobs.py). Adding a
+knob is one line in a dataclass below plus the code that uses it.
 
 No torch here (nor in `samchat.decoding`'s package import): the UI and the CLI import this
 module at start-up.
@@ -12,253 +10,18 @@ module at start-up.
 
 from __future__ import annotations
 
-import contextlib
-import math
-from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, Literal, TypeVar, get_type_hints
+from dataclasses import dataclass
+from typing import ClassVar
 
-from samchat.errors import SamchatError
+# The framework's names the app's settings form imports from here.
+from samchat.decoding.knobs import Knob as Knob
+from samchat.decoding.knobs import KnobError as KnobError
+from samchat.decoding.knobs import from_mapping as from_mapping
+from samchat.decoding.knobs import knob, validate_knobs
+from samchat.decoding.knobs import knobs as knobs
+from samchat.decoding.knobs import to_mapping as to_mapping
 from samchat.names import METHODS as METHODS  # re-exported: where the knob lists them
 from samchat.names import Method
-
-T = TypeVar("T")
-
-_TRUE = ("true", "yes", "on", "1")
-_FALSE = ("false", "no", "off", "0")
-
-
-def knob(
-    default: T,
-    help: str,
-    *,
-    minimum: float | None = None,
-    maximum: float | None = None,
-    exclusive_minimum: float | None = None,
-    choices: tuple[str, ...] = (),
-) -> T:
-    """Declare a knob: a dataclass field with its default, help text and rules (inclusive
-    `minimum`/`maximum`, `exclusive_minimum`, or `choices` for a string)."""
-    metadata = {
-        "help": help,
-        "minimum": minimum,
-        "maximum": maximum,
-        "exclusive_minimum": exclusive_minimum,
-        "choices": tuple(choices),
-    }
-    out: T = field(default=default, metadata=metadata)
-    return out
-
-
-class KnobError(SamchatError):
-    """A knob got a bad value; the message is one line naming the knob, the value and the
-    allowed range. `problem` is the same without the knob's name (for argparse)."""
-
-    def __init__(self, knob: Knob, value: object, where: str = "") -> None:
-        self.knob = knob
-        self.value = value
-        if knob.choices:
-            choices = ", ".join(knob.choices)
-            self.problem = f"unknown {knob.section} {knob.name} {value!r}; use one of {choices}"
-            message = f"{knob.qualified}: {self.problem}"
-        else:
-            self.problem = f"must be {knob.allowed}, got {value!r}"
-            message = f"{knob.qualified} {self.problem}"
-        super().__init__(f"{where}: {message}" if where else message)
-
-
-def _number(value: float) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-@dataclass(frozen=True)
-class Knob:
-    """One knob as the config file, the settings screen and the CLI see it."""
-
-    section: str  # "decoding" | "sampling": the config.toml table
-    name: str
-    type: type[Any]  # int, float, bool, str, or tuple (of strings)
-    default: Any
-    help: str
-    optional: bool = False  # None is a value too (seed: None = random)
-    choices: tuple[str, ...] = ()
-    minimum: float | None = None
-    maximum: float | None = None
-    exclusive_minimum: float | None = None
-
-    @property
-    def qualified(self) -> str:
-        return f"{self.section}.{self.name}"
-
-    @property
-    def allowed(self) -> str:
-        """The allowed values in words: 'an integer >= 0', 'a number in (0, 1]', ..."""
-        if self.choices:
-            return f"one of {', '.join(self.choices)}"
-        kind = {
-            bool: "true or false",
-            int: "an integer",
-            float: "a number",
-            str: "a string",
-            tuple: "a list of strings",
-        }[self.type]
-        low = self.minimum if self.minimum is not None else self.exclusive_minimum
-        if low is not None and self.maximum is not None:
-            left = "[" if self.minimum is not None else "("
-            kind += f" in {left}{_number(low)}, {_number(self.maximum)}]"
-        elif low is not None:
-            kind += f" {'>=' if self.minimum is not None else '>'} {_number(low)}"
-        elif self.maximum is not None:
-            kind += f" <= {_number(self.maximum)}"
-        return f"{kind} or unset" if self.optional else kind
-
-    def check(self, value: Any, where: str = "") -> Any:
-        """The value in the knob's type (an int for a float knob becomes a float; a list of
-        strings a tuple), or KnobError. A bool is never a number."""
-        if value is None and self.optional:
-            return None
-        out = self._coerce(value)
-        if out is None:
-            raise KnobError(self, value, where)
-        return out
-
-    def _coerce(self, value: Any) -> Any:
-        """The value in the knob's type, or None when it is not allowed."""
-        if self.type is bool:
-            return value if isinstance(value, bool) else None
-        if self.type is str:
-            ok = isinstance(value, str) and (not self.choices or value in self.choices)
-            return value if ok else None
-        if self.type is tuple:
-            ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
-            return tuple(value) if ok else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return None
-        if self.type is int and not isinstance(value, int):
-            return None
-        if self.type is float:
-            if not math.isfinite(value):
-                return None
-            value = float(value)
-        if (
-            (self.minimum is not None and value < self.minimum)
-            or (self.exclusive_minimum is not None and value <= self.exclusive_minimum)
-            or (self.maximum is not None and value > self.maximum)
-        ):
-            return None
-        return value
-
-    def parse(self, text: str, where: str = "") -> Any:
-        """A value typed as text (a settings field, a command-line option), checked. Empty is
-        None for an optional knob; a list of strings is comma-separated."""
-        raw = text.strip()
-        if self.optional and not raw:
-            return None
-        value: Any = raw
-        if self.type is bool:
-            lowered = raw.lower()
-            value = True if lowered in _TRUE else False if lowered in _FALSE else raw
-        elif self.type in (int, float):
-            with contextlib.suppress(ValueError):  # not a number: check() says what is allowed
-                value = self.type(raw)
-        elif self.type is tuple:
-            value = tuple(part for part in text.split(",") if part) if text else ()
-        elif self.type is str:
-            value = text
-        return self.check(value, where)
-
-    def text(self, value: Any) -> str:
-        """The value as parse() reads it back."""
-        if value is None:
-            return ""
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        if isinstance(value, tuple):
-            return ",".join(value)
-        return str(value)
-
-
-def knobs(cls: type[Any]) -> list[Knob]:
-    """The knobs of DecodingConfig or SamplingParams, in declaration order."""
-    return list(_knobs(cls))
-
-
-_KNOBS: dict[type[Any], tuple[Knob, ...]] = {}
-
-
-def _knobs(cls: type[Any]) -> tuple[Knob, ...]:
-    cached = _KNOBS.get(cls)
-    if cached is None:
-        cached = _KNOBS[cls] = _declared(cls)
-    return cached
-
-
-def _declared(cls: type[Any]) -> tuple[Knob, ...]:
-    hints = get_type_hints(cls)
-    out: list[Knob] = []
-    for f in fields(cls):
-        hint = hints[f.name]
-        args = getattr(hint, "__args__", ())
-        optional = type(None) in args
-        base = next((a for a in args if a is not type(None)), hint) if optional else hint
-        kind = getattr(base, "__origin__", base)
-        if kind is Literal:  # a name of samchat.names: a string of its choices
-            kind = str
-        if kind not in (bool, int, float, str, tuple):
-            raise TypeError(f"{cls.__name__}.{f.name}: knobs of type {hint} are not supported")
-        meta = f.metadata
-        if "help" not in meta or f.default is MISSING:
-            raise TypeError(f"{cls.__name__}.{f.name}: declare it with knob(default, help)")
-        out.append(
-            Knob(
-                section=cls.SECTION,
-                name=f.name,
-                type=kind,
-                default=f.default,
-                help=meta["help"],
-                optional=optional,
-                choices=meta["choices"],
-                minimum=meta["minimum"],
-                maximum=meta["maximum"],
-                exclusive_minimum=meta["exclusive_minimum"],
-            )
-        )
-    return tuple(out)
-
-
-def knob_of(cls: type[Any], name: str) -> Knob:
-    """One knob by name (KeyError if there is none)."""
-    for k in _knobs(cls):
-        if k.name == name:
-            return k
-    raise KeyError(name)
-
-
-def from_mapping(cls: type[T], values: Mapping[str, Any], where: str = "") -> T:
-    """An instance of `cls` from plain values (a config table, form fields, options): types
-    checked, defaults filled in, unknown keys refused, rules checked. Raises KnobError (a
-    SamchatError) with one line, prefixed with `where` ("config") when given."""
-    declared = _knobs(cls)
-    names = [k.name for k in declared]
-    for key in values:
-        if key not in names:
-            message = (
-                f"unknown {getattr(cls, 'SECTION', cls.__name__)} setting {key!r}; "
-                f"known: {', '.join(names)}"
-            )
-            raise SamchatError(f"{where}: {message}" if where else message)
-    checked = {k.name: k.check(values[k.name], where) for k in declared if k.name in values}
-    return cls(**checked)
-
-
-def to_mapping(obj: Any) -> dict[str, Any]:
-    """The knobs' values of a DecodingConfig or SamplingParams, in declaration order."""
-    return {f.name: getattr(obj, f.name) for f in fields(obj)}
-
-
-def _validate(obj: Any) -> None:
-    for k in _knobs(type(obj)):
-        k.check(getattr(obj, k.name))
 
 
 @dataclass
@@ -281,7 +44,7 @@ class SamplingParams:
 
     def validate(self) -> None:
         """KnobError (a SamchatError, one line) for the first bad value."""
-        _validate(self)
+        validate_knobs(self)
 
     @property
     def greedy(self) -> bool:
@@ -319,12 +82,12 @@ class DecodingConfig:
 
     def validate(self) -> None:
         """KnobError (a SamchatError, one line) for the first bad value."""
-        _validate(self)
+        validate_knobs(self)
 
     @property
     def uses_sam(self) -> bool:
         return self.method in ("sam", "sam+tr")
 
     @property
-    def uses_tr(self) -> bool:
+    def uses_recycling(self) -> bool:
         return self.method in ("tr", "sam+tr")

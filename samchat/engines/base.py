@@ -1,5 +1,7 @@
-"""The interface ChatSession drives. An engine owns one KV cache (one conversation); the weights
-belong to the LoadedModel and are shared by every engine made from it."""
+"""The interface ChatSession drives: the model's operations (Engine) and, handed out by the
+engine, its measuring and description (EngineMeter). An engine owns one KV cache (one
+conversation); the weights belong to the LoadedModel and are shared by every engine made from
+it, as are the cost curves measured for them."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 if TYPE_CHECKING:
     import numpy as np
 
-    from samchat.engines.cost import CostCurve
+    from samchat.engines.costs.cache import CurveMemo
+    from samchat.engines.costs.curve import CostCurve
     from samchat.engines.layout import TreeLayout
 
 # Logits rows (rows, vocab), float32 numpy on the host: the drafters, the sampler and
@@ -45,6 +48,9 @@ class EngineModel(Protocol):
 
     @property
     def vocab_size(self) -> int: ...
+
+    @property
+    def curves(self) -> CurveMemo: ...  # the cost curves measured for these weights
 
 
 class ReadStopped(Exception):
@@ -100,6 +106,16 @@ class Engine(Protocol):
     def commit(self, start: int, keep: list[int]) -> None:
         """After forward() at cache length `start`: keep inputs keep[0] < keep[1] < ... (an
         accepted path, 0 first) as rows start, start + 1, ...; drop the other inputs."""
+
+    @property
+    def meter(self) -> EngineMeter:
+        """Its measuring and description."""
+        ...
+
+
+class EngineMeter(Protocol):
+    """What an engine hands out for measuring it and describing it: the session fits kernels and
+    reads the cost curve before a reply; doctor and the benchmarks show the description."""
 
     def fit(self, measure: bool = True) -> None:
         """Before a reply: choose kernels by measurement where the engine has a choice (once

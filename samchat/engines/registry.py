@@ -129,7 +129,7 @@ TORCH = EngineKind(
     weights="samchat.engines.torch.loading:load_weights",
     option_checks="samchat.engines.torch.loading:check_options",
     prepare="samchat.engines.torch.loading:prepare",
-    auto_device="samchat.engines.torch.devices:auto_device_type",
+    auto_device="samchat.engines.torch.placement:auto_device_type",
     # int4 / int8: weight-only formats on the CPU, packed from a GGUF's own blocks (quant.py).
     dtypes=("float32", "float16", "bfloat16", "int4", "int8"),
     # Packed int4/int8 weights run on the lean forward (lean_engine.py).

@@ -1,5 +1,5 @@
 """The devices and dtypes a load can ask for, and whether a GPU could be here: judged without
-importing torch (the torch engine resolves them: samchat/engines/torch/devices.py)."""
+importing torch (the torch engine resolves them: samchat/engines/torch/placement.py)."""
 
 from __future__ import annotations
 

@@ -115,11 +115,12 @@ def _time_steps(spec: ModelSpec, cache_dir: Path, say: Say) -> EngineSpeed:
         engine.commit(start, [0])
         if step >= STEPS:
             times.append(time.perf_counter() - t0)
-    speed = EngineSpeed(spec.engine, spec.dtype, 1000 * statistics.median(times), engine.describe())
-    if engine.cached_cost_curve() is None:
+    meter = engine.meter
+    speed = EngineSpeed(spec.engine, spec.dtype, 1000 * statistics.median(times), meter.describe())
+    if meter.cached_cost_curve() is None:
         say(f"{speed.label}: timing drafts of 1-64 tokens (once)")
     try:
-        engine.cost_curve()  # measured unless known; kept in cache_dir either way
+        meter.cost_curve()  # measured unless known; kept in cache_dir either way
     except SamchatError as exc:  # replies then time it after the first one, as before
         say(f"{speed.label}: timing drafts failed: {exc}")
     return speed

@@ -36,6 +36,13 @@ class Strings(NamedTuple):
 Value = int | str | list[int] | Strings
 
 
+def conversion_key(gguf: Path) -> str:
+    """A converted copy is keyed by the file's identity: where it is, its size and mtime."""
+    stat = gguf.stat()
+    ident = f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+
 def metadata_digest(path: Path) -> str:
     """sha256 of the header and key-value section of the GGUF file at `path` (hex, 16 chars).
     Milliseconds even for a large vocabulary: the values are skipped by their lengths."""

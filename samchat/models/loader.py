@@ -4,16 +4,13 @@ registry names turns the files into weights (samchat/engines/*/: models imports 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from samchat.engines.costs.cache import CurveMemo
 from samchat.engines.registry import (
     AUTO,
     DEFAULT,
@@ -23,8 +20,8 @@ from samchat.engines.registry import (
     engine_kind,
     native_gguf_kind,
 )
-from samchat.engines.weights import Device, ModelFiles, WeightsRequest, quiet_transformers
-from samchat.errors import ModelLoadError, one_line
+from samchat.engines.weights import Device, ModelFiles, WeightsRequest
+from samchat.errors import ModelLoadError
 from samchat.models.catalog import (
     OLLAMA_PREFIX,
     cached_snapshot,
@@ -35,12 +32,18 @@ from samchat.models.catalog import (
 )
 from samchat.models.default import DEFAULT_MODEL_NAME, bundled_gguf, converted_dir
 from samchat.models.device import accelerator_possible
-from samchat.models.gguf_header import metadata_digest
-from samchat.models.kept_tokenizer import KeptTokenizer
+from samchat.models.gguf_header import conversion_key
 from samchat.models.stop_tokens import stop_ids
+from samchat.models.tokenizer_cache import (
+    gguf_tokenizer_beside,
+    keep_tokenizer,
+    load_tokenizer_files,
+    tokenizer_cache,
+    tokenizer_fingerprint,
+)
 from samchat.names import StepMode
 from samchat.paths import model_cache_dir
-from samchat.remote.endpoint import is_remote
+from samchat.sources import is_remote
 
 if TYPE_CHECKING:
     from samchat.decoding.protocols import Tokenizer
@@ -81,6 +84,8 @@ class LoadedModel:
     engine: str = "torch"  # the registry's name of the engine that runs `model`
     # How the torch engine runs decode and verify steps (TorchEngine's `steps`).
     steps: StepMode = "dynamic"
+    # The cost curves measured for these weights, shared by every engine made from them.
+    curves: CurveMemo = field(default_factory=CurveMemo, compare=False, repr=False)
 
     @property
     def device_type(self) -> str:
@@ -176,13 +181,6 @@ def _resolve_source(spec: ModelSpec) -> ModelFiles:
     return ModelFiles(src, None, src.rsplit("/", 1)[-1], False)
 
 
-def _conversion_key(gguf: Path) -> str:
-    """A converted copy is keyed by the file's identity: where it is, its size and mtime."""
-    stat = gguf.stat()
-    ident = f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
-    return hashlib.sha256(ident.encode()).hexdigest()[:16]
-
-
 def converted_place(spec: ModelSpec, files: ModelFiles) -> Path | None:
     """Where an engine that does not run GGUF files keeps a GGUF model converted: the default
     model under its name (converted_dir), any other keyed by the file's identity (None: no
@@ -193,7 +191,7 @@ def converted_place(spec: ModelSpec, files: ModelFiles) -> Path | None:
     if spec.source is None:
         return converted_dir()
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in files.name)[:60]
-    return model_cache_dir() / f"gguf-{safe}-{_conversion_key(gguf)}"
+    return model_cache_dir() / f"gguf-{safe}-{conversion_key(gguf)}"
 
 
 def _remember(spec: ModelSpec, recent: Path | None) -> None:
@@ -205,95 +203,6 @@ def _remember(spec: ModelSpec, recent: Path | None) -> None:
             remember_gguf(path, recent)
 
 
-def tokenizer_fingerprint(tokenizer: Any) -> str:
-    """A stable hash of the vocabulary and special tokens: it keys the static index."""
-    vocab = tokenizer.get_vocab()
-    digest = hashlib.sha256()
-    digest.update(json.dumps(sorted(vocab.items()), ensure_ascii=False).encode())
-    digest.update(json.dumps(sorted(map(str, tokenizer.all_special_tokens))).encode())
-    return digest.hexdigest()[:16]
-
-
-def tokenizer_cache(gguf: Path) -> Path:
-    """Where a GGUF file's tokenizer is kept once converted: keyed by the file's identity and by
-    the libraries that convert and read it (another version may build it differently)."""
-    from importlib.metadata import version
-
-    libs = f"{version('transformers')}|{version('tokenizers')}"
-    key = hashlib.sha256(f"{_conversion_key(gguf)}|{libs}".encode()).hexdigest()[:16]
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in gguf.stem)[:60]
-    return model_cache_dir() / f"tokenizer-{safe}-{key}"
-
-
-def _load_tokenizer(where: ModelFiles, spec: ModelSpec) -> Any:
-    """The model's tokenizer. A GGUF file's is converted from its vocabulary once (seconds, by
-    transformers) and kept in the model cache, from where it loads in milliseconds without
-    transformers (KeptTokenizer)."""
-    gguf = where.gguf
-    cached = tokenizer_cache(gguf) if gguf is not None else None
-    same: Path | None = None
-    if cached is not None and gguf is not None:
-        for folder in (gguf_tokenizer_beside(cached, gguf), cached):
-            kept = _read_kept(folder) if folder.is_dir() else None
-            if kept is not None:
-                return kept
-        # A copy of a file converted before (moved, linked, touched, or the same model in
-        # Ollama's store and LM Studio's folder): its metadata, so its tokenizer, is the same.
-        same = _metadata_tokenizer(gguf)
-        kept = _read_kept(same) if same is not None and same.is_dir() else None
-        if kept is not None:
-            shutil.rmtree(cached, ignore_errors=True)  # a damaged copy, if any
-            _keep_tokenizer(kept, cached)  # found by its path from the next start on
-            return kept
-    quiet_transformers()
-    from transformers import AutoTokenizer
-
-    if cached is not None and cached.is_dir():
-        try:
-            return AutoTokenizer.from_pretrained(cached, local_files_only=True)
-        except Exception:  # a damaged copy is converted again
-            shutil.rmtree(cached, ignore_errors=True)
-    kwargs: dict[str, Any] = {"trust_remote_code": spec.trust_remote_code}
-    if where.gguf_file:
-        kwargs["gguf_file"] = where.gguf_file
-    if where.local:
-        kwargs["local_files_only"] = True
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(where.path, **kwargs)
-    except Exception as exc:  # transformers raises many types; all mean "cannot load"
-        raise ModelLoadError(
-            f"could not load the tokenizer of {spec.source or where.name}: {one_line(exc)}"
-        ) from exc
-    if cached is not None:
-        _keep_tokenizer(tokenizer, cached)
-        if same is not None:
-            _keep_tokenizer(tokenizer, same)
-        # From the kept copy, as every later start reads it: one tokenizer whatever the start.
-        return _read_kept(cached) or tokenizer
-    return tokenizer
-
-
-def _metadata_tokenizer(gguf: Path) -> Path | None:
-    """Where the tokenizer of any GGUF file with this one's metadata is kept (None: the header
-    is unreadable, and converting will say why)."""
-    from importlib.metadata import version
-
-    try:
-        digest = metadata_digest(gguf)
-    except ModelLoadError:
-        return None
-    libs = f"{version('transformers')}|{version('tokenizers')}"
-    key = hashlib.sha256(f"{digest}|{libs}".encode()).hexdigest()[:16]
-    return model_cache_dir() / f"tokenizer-metadata-{key}"
-
-
-def gguf_tokenizer_beside(cached: Path, gguf: Path) -> Path:
-    """Where `make setup` keeps the bundled GGUF's converted tokenizer: beside the file, under
-    the cache's name for it (so the same file, size, mtime and libraries), so that a first
-    start converts nothing."""
-    return gguf.parent / cached.name
-
-
 def keep_bundled_tokenizer() -> Path:
     """Convert the bundled default GGUF's tokenizer and keep it beside the file (make setup)."""
     from samchat.models.default import bundled_gguf
@@ -302,36 +211,14 @@ def keep_bundled_tokenizer() -> Path:
     target = gguf_tokenizer_beside(tokenizer_cache(gguf), gguf)
     if not target.is_dir():
         tokenizer, _ = load_tokenizer(ModelSpec(source=str(gguf)))
-        _keep_tokenizer(tokenizer, target)
+        keep_tokenizer(tokenizer, target)
     return target
-
-
-def _read_kept(folder: Path) -> KeptTokenizer | None:
-    """A kept tokenizer through `tokenizers` alone, or None where transformers must read it."""
-    try:
-        return KeptTokenizer.load(folder)
-    except Exception:  # unreadable or unusual (tokenizers raises its own types): transformers
-        return None
-
-
-def _keep_tokenizer(tokenizer: Any, target: Path) -> None:
-    """Save a converted tokenizer whole or not at all (a read-only cache converts every time)."""
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=target.parent))
-        try:
-            tokenizer.save_pretrained(tmp)
-            tmp.rename(target)  # atomic; another process may have kept its copy first
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    except OSError:
-        pass
 
 
 def _chat_tokenizer(where: ModelFiles, spec: ModelSpec, say: Progress) -> Any:
     """The tokenizer, which must carry a chat template (both engines render prompts with it)."""
     say(f"loading tokenizer of {where.name}")
-    tokenizer = _load_tokenizer(where, spec)
+    tokenizer = load_tokenizer_files(where, spec.source, spec.trust_remote_code)
     if not getattr(tokenizer, "chat_template", None):
         where_defined = (
             "its metadata must define tokenizer.chat_template"
@@ -359,7 +246,7 @@ def load_tokenizer(spec: ModelSpec | None = None) -> tuple[Any, str]:
     # The default model's tokenizer from its GGUF (kept beside it): the torch engine's converted
     # copy has the same vocabulary and fingerprint, and converting it would take the weights too.
     where = _resolve_source(spec)
-    tok = _load_tokenizer(where, spec)
+    tok = load_tokenizer_files(where, spec.source, spec.trust_remote_code)
     return tok, tokenizer_fingerprint(tok)
 
 
@@ -445,7 +332,7 @@ def load_model(
         )
 
     def save_tokenizer(folder: Path) -> None:
-        _load_tokenizer(found, spec).save_pretrained(folder)
+        load_tokenizer_files(found, spec.source, spec.trust_remote_code).save_pretrained(folder)
 
     request = WeightsRequest(
         files=found,

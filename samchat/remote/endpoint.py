@@ -11,8 +11,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from samchat.errors import SamchatError
+from samchat.sources import REMOTE_PREFIX
 
-PREFIX = "openai:"
 # The key for a server named by URL that no [endpoints] entry describes.
 KEY_ENV = "SAMCHAT_API_KEY"
 TIMEOUT_S = 120.0  # seconds without a byte from the server (a long prompt may read slowly)
@@ -80,11 +80,7 @@ class RemoteSource:
     def text(self) -> str:
         """The source as --model takes it."""
         target = self.endpoint.name or self.endpoint.url
-        return PREFIX + target + (f"#{self.model}" if self.model else "")
-
-
-def is_remote(source: str | None) -> bool:
-    return bool(source) and str(source).startswith(PREFIX)
+        return REMOTE_PREFIX + target + (f"#{self.model}" if self.model else "")
 
 
 def _check_url(url: str, where: str) -> str:
@@ -104,7 +100,7 @@ def _check_url(url: str, where: str) -> str:
 def parse_source(source: str, endpoints: Mapping[str, Endpoint]) -> RemoteSource:
     """`openai:URL[#MODEL]` or `openai:NAME[#MODEL]` (NAME from config.toml's [endpoints]).
     A URL that an endpoint declares gets that endpoint's key and settings."""
-    target, _, model = source.removeprefix(PREFIX).partition("#")
+    target, _, model = source.removeprefix(REMOTE_PREFIX).partition("#")
     target = target.strip()
     if target in endpoints:
         return RemoteSource(endpoints[target], model.strip() or None)

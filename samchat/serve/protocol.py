@@ -12,7 +12,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from samchat.decoding.params import KnobError, SamplingParams, from_mapping
+from samchat.decoding.knobs import KnobError, from_mapping
+from samchat.decoding.params import SamplingParams
 from samchat.messages import Message
 
 if TYPE_CHECKING:

@@ -109,7 +109,7 @@ def _nothing() -> None:
 
 def _timer(generator: Generator) -> Idle:
     """The engine thread's idle work: time this machine once, after a plain first reply."""
-    from samchat.engines.cost import MeasurementCancelled
+    from samchat.engines.costs import MeasurementCancelled
 
     def time_machine(wanted: Callable[[], bool]) -> None:
         if not generator.curve_missing():

@@ -112,7 +112,7 @@ _V3 = [
 
 def _v4_passages(db: Database) -> None:
     """Documents split into passages, with full-text search over them; backfilled."""
-    from samchat.corpus.passages import split_passages
+    from samchat.passages import split_passages
 
     # SQL: sqlite-utils' create() cannot declare ON DELETE CASCADE, which `rm` relies on.
     db.execute(

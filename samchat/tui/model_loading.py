@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from samchat.chat.opening import Model
     from samchat.decoding.params import DecodingConfig
-    from samchat.engines.cost import CostCurve
+    from samchat.engines.costs.curve import CostCurve
     from samchat.models.loader import ModelSpec
     from samchat.remote.endpoint import Endpoint
 

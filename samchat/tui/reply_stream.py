@@ -72,7 +72,7 @@ def stream_to(
 def time_machine(post: Post, gen: Replies, cancelled: Callable[[], bool]) -> None:
     """After a plain first reply: time this machine once. Closing the app cancels the worker,
     which stops the timing at its next forward."""
-    from samchat.engines.cost import MeasurementCancelled
+    from samchat.engines.costs import MeasurementCancelled
 
     try:
         gen.measure_cost_curve(cancelled)

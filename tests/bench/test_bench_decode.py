@@ -188,7 +188,7 @@ def test_the_cost_model_prices_each_step_on_the_measured_curve() -> None:
 
 def test_reply_cost_prices_steps_at_the_prompts_context() -> None:
     """Steps after a long prompt cost what the long-context curve says, as the selector saw."""
-    from samchat.engines.cost import CostCurve
+    from samchat.engines.costs import CostCurve
 
     curve = CostCurve({1: 1.0, 2: 1.5, 4: 2.5}, context=256)
     curve.long = CostCurve({1: 1.0, 2: 2.0, 4: 3.5}, context=2048)

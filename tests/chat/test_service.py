@@ -29,7 +29,7 @@ def service(tmp_path: Path) -> Any:
 
 @pytest.fixture
 def generator(default_lm: Any) -> Generator:
-    from samchat.engines.cost import CostCurve
+    from samchat.engines.costs import CostCurve
 
     # A known cost curve: measuring one is slow and it only sizes drafts.
     return Generator(

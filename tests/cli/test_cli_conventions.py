@@ -17,7 +17,8 @@ import tomllib
 from pathlib import Path
 
 from samchat.cli import command_names
-from samchat.decoding.params import DecodingConfig, SamplingParams, knobs
+from samchat.decoding.knobs import knobs
+from samchat.decoding.params import DecodingConfig, SamplingParams
 from samchat.store import Store
 
 

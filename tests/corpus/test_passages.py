@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from samchat.corpus.importer import import_paths
-from samchat.corpus.passages import PASSAGE_TOKENS, estimate_tokens, split_passages
 from samchat.errors import StoreError
+from samchat.passages import PASSAGE_TOKENS, estimate_tokens, split_passages
 from samchat.store import Store
 
 MARKDOWN = """# Kettle

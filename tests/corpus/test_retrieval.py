@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from samchat.corpus.importer import import_paths
-from samchat.corpus.passages import estimate_tokens
 from samchat.corpus.retrieval import (
     CUT_MARK,
     DocumentError,
@@ -22,6 +21,7 @@ from samchat.corpus.retrieval import (
 )
 from samchat.corpus.rule import RetrievalRule
 from samchat.errors import SamchatError
+from samchat.passages import estimate_tokens
 from samchat.store import Store
 
 

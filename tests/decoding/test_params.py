@@ -7,16 +7,8 @@ import dataclasses
 
 import pytest
 
-from samchat.decoding.params import (
-    METHODS,
-    DecodingConfig,
-    KnobError,
-    SamplingParams,
-    from_mapping,
-    knob_of,
-    knobs,
-    to_mapping,
-)
+from samchat.decoding.knobs import KnobError, from_mapping, knob_of, knobs, to_mapping
+from samchat.decoding.params import METHODS, DecodingConfig, SamplingParams
 from samchat.errors import SamchatError
 
 

@@ -21,8 +21,8 @@ from samchat.decoding.policy import (
     bucket,
 )
 from samchat.decoding.policy.recycling import tree_sizes
-from samchat.decoding.recycling import TokenRecyclingDrafter
-from samchat.engines.cost import CostCurve, CostTracker
+from samchat.decoding.token_recycling import TokenRecyclingDrafter
+from samchat.engines.costs import CostCurve, CostTracker
 
 # llama.cpp's curve on a 2-core x86 CPU (docs/history): each row adds about half a forward.
 STEEP = CostCurve({1: 1.0, 2: 1.77, 4: 2.65, 8: 4.35, 16: 7.96, 32: 15.04, 64: 30.02})

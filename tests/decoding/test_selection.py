@@ -19,7 +19,7 @@ from samchat.decoding.policy import (
     calibration_due,
 )
 from samchat.decoding.tree import DraftTree
-from samchat.engines.cost import DEFAULT_CPU, CostCurve, CostTracker
+from samchat.engines.costs import DEFAULT_CPU, CostCurve, CostTracker
 from samchat.errors import SamchatError
 from tests.fakes import FakeDrafter
 
@@ -150,35 +150,35 @@ def test_a_plain_step_recalibrates_a_measured_curve_only() -> None:
     assert not calibration_due(CostCurve.flat(), 10 * CALIBRATE_EVERY)
 
 
-def _selector(dyn: int, static: int, aux: bool = False, **cfg: Any) -> Selector:
+def _selector(dynamic: int, static: int, aux: bool = False, **cfg: Any) -> Selector:
     config = DecodingConfig(adaptive=False, max_draft=16, **cfg)
     return Selector(
         config,
         CostCurve.default("cpu"),
         AcceptanceModel(),
-        FakeDrafter("dyn", list(range(100, 140)), match=dyn, tree_sizes=(4, 8)),
+        FakeDrafter("dyn", list(range(100, 140)), match=dynamic, tree_sizes=(4, 8)),
         FakeDrafter("static", list(range(200, 240)), match=static, tree_sizes=(4, 8)),
         FakeDrafter("tr", list(range(300, 340)), match=0, tree_sizes=(4, 8)) if aux else None,
     )
 
 
 def test_selection_rule_of_sam_decoding() -> None:
-    tree, d = _selector(dyn=6, static=3).choose(100)
+    tree, d = _selector(dynamic=6, static=3).choose(100)
     assert d.drafter == "dyn" and tree is not None and tree.source == "dyn"
     assert len(tree) == 16  # min(max_draft, 1 + 4 * 6)
-    tree, d = _selector(dyn=6, static=12).choose(100)
+    tree, d = _selector(dynamic=6, static=12).choose(100)
     assert d.drafter == "static"  # 12 - l_bias > 6
-    tree, d = _selector(dyn=6, static=11).choose(100)
+    tree, d = _selector(dynamic=6, static=11).choose(100)
     assert d.drafter == "dyn"  # ties go to the dynamic SAM
-    tree, d = _selector(dyn=2, static=3, aux=True).choose(100)
+    tree, d = _selector(dynamic=2, static=3, aux=True).choose(100)
     assert d.drafter == "tr" and tree is not None and len(tree) == 8  # weak match: TR
-    tree, d = _selector(dyn=2, static=3).choose(100)
+    tree, d = _selector(dynamic=2, static=3).choose(100)
     assert d.drafter == "plain" and tree is None  # weak match, no TR: a plain step
-    tree, d = _selector(dyn=1, static=0).choose(1)
+    tree, d = _selector(dynamic=1, static=0).choose(1)
     assert d.drafter == "plain"  # below threshold
-    tree, d = _selector(dyn=8, static=0).choose(3)
+    tree, d = _selector(dynamic=8, static=0).choose(3)
     assert tree is not None and len(tree) == 3  # never beyond the budget (max_new, context)
-    assert _selector(dyn=8, static=0).choose(0) == (None, _selector(0, 0).choose(0)[1])
+    assert _selector(dynamic=8, static=0).choose(0) == (None, _selector(0, 0).choose(0)[1])
 
 
 def test_adaptive_selection_skips_drafts_that_do_not_pay() -> None:

@@ -19,7 +19,7 @@ from samchat.decoding import (
     StepStats,
     TextDelta,
 )
-from samchat.engines.cost import CostCurve
+from samchat.engines.costs import CostCurve
 from samchat.errors import SamchatError
 from tests.decoding.prompts import (
     HALF_MULTI,

@@ -11,7 +11,7 @@ from samchat.decoding.params import SamplingParams
 from samchat.decoding.sampling import Sampler, processed_probs
 from samchat.decoding.session import ChatSession
 from samchat.decoding.tree import DraftTree
-from samchat.engines.cost import CostCurve
+from samchat.engines.costs import CostCurve
 from tests.tiny import full_logits, tiny_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread")

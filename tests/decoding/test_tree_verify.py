@@ -15,7 +15,7 @@ from samchat.decoding.params import SamplingParams
 from samchat.decoding.sampling import Sampler
 from samchat.decoding.session import ChatSession
 from samchat.decoding.tree import DraftTree
-from samchat.engines.cost import CostCurve
+from samchat.engines.costs import CostCurve
 from tests.tiny import TINY_VOCAB, full_logits, make_tiny_llama, tiny_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -1,4 +1,4 @@
-"""The cost curve (engines/cost.py): interpolation, its long-context parts and their cache,
+"""The cost curve (engines/costs/): interpolation, its long-context parts and their cache,
 its measurement through the Engine interface on a fake clock, and the tracker that refits it."""
 
 from __future__ import annotations
@@ -8,13 +8,9 @@ from typing import Any
 
 import pytest
 
-from samchat.engines.cost import (
-    CostCurve,
-    CostTracker,
-    MeasurementCancelled,
-    load_or_measure,
-    measure_engine,
-)
+from samchat.engines.costs import CostCurve, CostTracker, MeasurementCancelled
+from samchat.engines.costs.cache import load_or_measure
+from samchat.engines.costs.measurement import measure_engine
 from tests.fakes import ClockedEngine
 
 

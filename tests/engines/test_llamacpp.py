@@ -27,7 +27,8 @@ from samchat.decoding import (
 )
 from samchat.decoding.tree import DraftTree
 from samchat.engines import Logits
-from samchat.engines.cost import CURVES, CostCurve, load_cached, save_curve
+from samchat.engines.costs import CostCurve
+from samchat.engines.costs.cache import load_cached, save_curve
 from samchat.engines.llamacpp.engine import F16, LONG_READ, Q8_0, LlamaCppEngine, curve_digest
 from samchat.errors import ModelLoadError, SamchatError
 from samchat.models.loader import ModelSpec, load_model
@@ -521,7 +522,7 @@ def test_a_curve_known_here_goes_into_a_cache_that_lacks_it(
     a second home, or the benches' engines that keep nothing, cost no second timing."""
     from samchat.engines.llamacpp import engine as llamacpp
 
-    monkeypatch.setattr(CURVES, "curves", {})
+    monkeypatch.setattr(gguf_lm.curves, "curves", {})
 
     def fail(*_: Any, **__: Any) -> CostCurve:
         raise AssertionError("measured again")
@@ -533,8 +534,8 @@ def test_a_curve_known_here_goes_into_a_cache_that_lacks_it(
     first = LlamaCppEngine(gguf_lm, n_ctx=512, cache_dir=tmp_path / "a")
     second = LlamaCppEngine(gguf_lm, n_ctx=512, cache_dir=tmp_path / "b")
     try:
-        assert first.cached_cost_curve() is not None
-        assert second.cost_curve().to_dict() == known.to_dict()
+        assert first.meter.cached_cost_curve() is not None
+        assert second.meter.cost_curve().to_dict() == known.to_dict()
     finally:
         first.close()
         second.close()

@@ -10,9 +10,9 @@ import pytest
 
 from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepStats
 from samchat.decoding.policy import PROMPT_LOGITS, PROMPT_ROWS, REST_SAMPLE, Selector, prompt_rows
-from samchat.decoding.recycling import TokenRecyclingDrafter
+from samchat.decoding.token_recycling import TokenRecyclingDrafter
 from samchat.engines import open_engine
-from samchat.engines.cost import CostCurve
+from samchat.engines.costs import CostCurve
 from tests.decoding.prompts import LONG_CONTEXT
 
 pytestmark = pytest.mark.model
@@ -100,9 +100,11 @@ def test_recycling_rests_where_none_of_its_trees_can_pay(lm: Any) -> None:
     assert (table.adj[:, 0] >= 0).sum() >= 1  # what it read, it learned
 
     # The same drafter, the same rates, on a flat curve: its trees pay, so it works every step.
-    flat = Selector(DecodingConfig(), CostCurve.flat(), session._acceptance, aux=table)
+    flat = Selector(DecodingConfig(), CostCurve.flat(), session._planner.acceptance, aux=table)
     assert flat.tree_can_pay(table)
-    assert not Selector(DecodingConfig(), steep, session._acceptance, aux=table).tree_can_pay(table)
+    assert not Selector(
+        DecodingConfig(), steep, session._planner.acceptance, aux=table
+    ).tree_can_pay(table)
     # SAM-Decoding's rule (not adaptive) drafts with Token Recycling whatever the curve says.
     rule = DecodingConfig(adaptive=False)
-    assert Selector(rule, steep, session._acceptance, aux=table).tree_can_pay(table)
+    assert Selector(rule, steep, session._planner.acceptance, aux=table).tree_can_pay(table)

@@ -171,9 +171,9 @@ def test_a_gguf_tokenizer_kept_in_the_cache_tokenizes_as_the_file_does(
     real prompts, chat templates included; a damaged copy is converted again."""
     from transformers import AutoTokenizer
 
-    from samchat.models.kept_tokenizer import KeptTokenizer
-    from samchat.models.loader import (
-        keep_bundled_tokenizer,
+    from samchat.models.loader import keep_bundled_tokenizer
+    from samchat.models.tokenizer_cache import (
+        KeptTokenizer,
         tokenizer_cache,
         tokenizer_fingerprint,
     )
@@ -252,8 +252,7 @@ def test_a_copy_of_a_gguf_reads_the_tokenizer_kept_for_another(
     from transformers import AutoTokenizer
 
     from samchat.models.gguf_header import metadata_digest
-    from samchat.models.kept_tokenizer import KeptTokenizer
-    from samchat.models.loader import tokenizer_cache
+    from samchat.models.tokenizer_cache import KeptTokenizer, tokenizer_cache
 
     monkeypatch.setenv("SAMCHAT_MODEL_CACHE", str(tmp_path / "cache"))
     first = tmp_path / "a" / "model.gguf"

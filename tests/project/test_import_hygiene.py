@@ -66,7 +66,7 @@ def test_import_loads_no_forbidden_module(case: str) -> None:
 LLAMACPP_REPLY = (
     "from samchat.models import ModelSpec, load_model; "
     "from samchat.decoding.session import ChatSession; "
-    "from samchat.engines.cost import CostCurve; "
+    "from samchat.engines.costs import CostCurve; "
     "from samchat.decoding.params import DecodingConfig, SamplingParams; "
     "lm = load_model(ModelSpec(engine='llamacpp')); "
     "s = ChatSession(lm, DecodingConfig(method='sam+tr'), cost_curve=CostCurve.default('cpu')); "

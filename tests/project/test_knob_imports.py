@@ -10,7 +10,7 @@ CODE = """
 import sys
 import samchat.decoding.params
 from samchat.decoding import METHODS, DecodingConfig, SamplingParams
-from samchat.decoding.params import knobs
+from samchat.decoding.knobs import knobs
 import samchat.chat.config
 assert knobs(DecodingConfig) and knobs(SamplingParams) and METHODS
 print(sorted(m for m in ("torch", "transformers") if m in sys.modules))

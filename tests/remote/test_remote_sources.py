@@ -14,9 +14,9 @@ from samchat.remote.endpoint import (
     Endpoint,
     EndpointError,
     endpoints_from_toml,
-    is_remote,
     parse_source,
 )
+from samchat.sources import is_remote
 from tests.remote.conftest import write_config
 
 

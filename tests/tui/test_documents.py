@@ -87,7 +87,7 @@ async def test_import_dialog_turns_retrieval_on(
 async def test_a_reply_answers_from_a_retrieved_passage_and_names_it(
     make_app: Callable[..., SamchatApp], tmp_path: Path, store: Store, default_lm: Any
 ) -> None:
-    from samchat.engines.cost import CostCurve
+    from samchat.engines.costs import CostCurve
 
     docs = tmp_path / "docs"
     docs.mkdir()

@@ -33,7 +33,7 @@ def config(max_new_tokens: int, method: str = "sam+tr") -> Any:
 def curve(default_lm: Any) -> Any:
     """The engine's default cost curve: measuring one takes minutes on a busy 2-core CI box,
     and the curve only sizes drafts (the reply is the same either way)."""
-    from samchat.engines.cost import CostCurve
+    from samchat.engines.costs import CostCurve
 
     return CostCurve.default(default_lm.device_type)
 
@@ -133,7 +133,7 @@ async def test_a_long_prompt_shows_its_reading_and_esc_stops_it(
     and the bar goes."""
     from textual.widgets import ProgressBar
 
-    from samchat.engines.cost import CostCurve
+    from samchat.engines.costs import CostCurve
     from tests.decoding.prompts import LONG_CONTEXT
 
     app = make_app(lm=gguf_lm, config=config(16), cost_curve=CostCurve.default("cpu"))
@@ -393,17 +393,17 @@ async def test_a_first_reply_does_not_wait_for_timing_the_machine(
     drafts. The timing itself is stood in for (its measurement has tests of its own): here
     the machine is new, whatever this test run measured before."""
     from samchat.decoding.session import ChatSession
-    from samchat.engines.torch.engine import TorchEngine
+    from samchat.engines.torch.engine import TorchMeter
 
-    monkeypatch.setattr(TorchEngine, "cached_cost_curve", lambda self: None)
+    monkeypatch.setattr(TorchMeter, "cached_cost_curve", lambda self: None)
     timed: list[float] = []
     release = threading.Event()
 
     def measure(self: ChatSession, cancelled: Callable[[], bool] | None = None) -> None:
         timed.append(time.perf_counter())
         release.wait(30)  # until the test has seen the waiting prompt
-        self._curve = curve
-        self.curve_missing = False
+        self._planner.curve = curve
+        self._planner.curve_missing = False
 
     monkeypatch.setattr(ChatSession, "measure_cost_curve", measure)
     app = make_app(lm=default_lm, config=config(8))  # no known curve
@@ -438,10 +438,10 @@ async def test_esc_stops_timing_the_machine_and_the_waiting_prompt_goes_at_once(
     the next reply times it again), and a prompt that waited for it is answered at once,
     plainly. Closing the app stops the second timing the same way."""
     from samchat.decoding.session import ChatSession
-    from samchat.engines.cost import MeasurementCancelled
-    from samchat.engines.torch.engine import TorchEngine
+    from samchat.engines.costs import MeasurementCancelled
+    from samchat.engines.torch.engine import TorchMeter
 
-    monkeypatch.setattr(TorchEngine, "cached_cost_curve", lambda self: None)
+    monkeypatch.setattr(TorchMeter, "cached_cost_curve", lambda self: None)
     started: list[float] = []
     stopped: list[float] = []
 

@@ -14,7 +14,7 @@ from tui_helpers import fixed_config, wait_for
 from samchat.chat.service import ChatService, PendingReply, ReplyRecord
 from samchat.cli import main
 from samchat.decoding import ChatSession, DecodingConfig, ReplyDone, SamplingParams
-from samchat.engines.cost import CostCurve
+from samchat.engines.costs import CostCurve
 from samchat.store import Store
 from samchat.tui.app import SamchatApp
 

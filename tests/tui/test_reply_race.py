@@ -52,7 +52,7 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
 async def test_a_reply_streams_while_the_indexer_is_busy(
     make_app: Callable[..., SamchatApp], store: Store, default_lm: Any, gate: Gate
 ) -> None:
-    from samchat.engines.cost import CostCurve
+    from samchat.engines.costs import CostCurve
 
     seed_chat(store, "Earlier", [("What is a suffix automaton?", "An index of substrings.")])
     cfg = fixed_config()

@@ -4,7 +4,7 @@ cost curve."""
 
 from __future__ import annotations
 
-from samchat.engines.cost import CostCurve
+from samchat.engines.costs import CostCurve
 
 # Acceptance of SAM sequence drafts, by match-length bucket: prior per-token acceptance rate.
 _BUCKET_EDGES = (1, 2, 3, 4, 5, 8, 16, 32)

@@ -10,14 +10,14 @@
 
 from __future__ import annotations
 
-from samchat.decoding.drafter import Drafter
 from samchat.decoding.params import DecodingConfig
 from samchat.decoding.policy.acceptance import REPLY_FADE, AcceptanceModel
 from samchat.decoding.policy.recycling import tree_sizes
 from samchat.decoding.policy.selector import PLAIN, Decision, Selector
+from samchat.decoding.protocols import Drafter
 from samchat.decoding.tree import DraftTree
 from samchat.engines.base import DRAFT_ROWS, Logits
-from samchat.engines.cost import FLAT_COST, CostCurve, CostTracker
+from samchat.engines.costs import FLAT_COST, CostCurve, CostTracker
 
 # A plain step is forced when none ran for this many steps (replies included), so the one-token
 # time (the cost curve's unit and speedup_est's baseline) follows the machine's current load.
@@ -116,8 +116,8 @@ class Drafting:
         priced on the tracker's curve, on an engine whose first `exact_rows` rows equal
         one-token decoding. Token Recycling gets the tree sizes the curve allows, and rests
         when none of them can pay on it (or trees cannot be verified here)."""
-        dyn, static, aux = drafters
-        selector = Selector(config, tracker.curve, acceptance, dyn, static, aux)
+        dynamic, static, aux = drafters
+        selector = Selector(config, tracker.curve, acceptance, dynamic, static, aux)
         selector.trees_allowed = trees_allowed
         selector.at_start = True
         resting = None

@@ -1,12 +1,12 @@
-"""Token Recycling's numbers (samchat/decoding/recycling.py runs them): its table's width, the
+"""Token Recycling's numbers (samchat/decoding/token_recycling.py runs them): its table's width, the
 tree sizes a cost curve allows it and their depth, the priors of its rank rates, and how it
 tracks its own accuracy."""
 
 from __future__ import annotations
 
 from samchat.decoding.policy.selector import MAX_DRAFT
-from samchat.engines.cost import SIZES as MEASURED_ROWS
-from samchat.engines.cost import CostCurve
+from samchat.engines.costs import SIZES as MEASURED_ROWS
+from samchat.engines.costs import CostCurve
 
 K = 8  # next-token candidates kept per token
 MAX_DEPTH = 6

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from samchat.decoding.drafter import Drafter
 from samchat.decoding.params import DecodingConfig
 from samchat.decoding.policy.acceptance import (
     REPLY_START,
@@ -13,9 +12,10 @@ from samchat.decoding.policy.acceptance import (
     best_sequence_length,
     expected_sequence,
 )
+from samchat.decoding.protocols import Drafter
 from samchat.decoding.tree import DraftTree
 from samchat.engines.base import DRAFT_ROWS
-from samchat.engines.cost import FLAT_COST, CostCurve
+from samchat.engines.costs import FLAT_COST, CostCurve
 from samchat.names import DrafterName, DraftSource
 
 # The largest draft: a forward's rows less the pending token's.
@@ -59,14 +59,14 @@ class Selector:
         config: DecodingConfig,
         curve: CostCurve,
         acceptance: AcceptanceModel,
-        dyn: Drafter | None = None,
+        dynamic: Drafter | None = None,
         static: Drafter | None = None,
         aux: Drafter | None = None,
     ) -> None:
         self.config = config
         self.curve = curve
         self.acceptance = acceptance
-        self.dyn = dyn
+        self.dynamic = dynamic
         self.static = static
         self.aux = aux
         self.trees_allowed = True  # False: the model takes no 4D mask, sequence drafts only
@@ -88,10 +88,10 @@ class Selector:
         if budget <= 0:
             return None, PLAIN
         cfg = self.config
-        dl = self.dyn.match_len() if self.dyn is not None else 0
+        dl = self.dynamic.match_len() if self.dynamic is not None else 0
         sl = self.static.match_len() if self.static is not None else 0
-        if self.dyn is not None and dl >= sl - cfg.l_bias:
-            sam, ml = self.dyn, dl
+        if self.dynamic is not None and dl >= sl - cfg.l_bias:
+            sam, ml = self.dynamic, dl
         elif self.static is not None:
             sam, ml = self.static, sl
         else:

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from samchat.engines.base import DRAFT_ROWS, EngineModel, Logits, ReadStopped
-from samchat.engines.cost import CURVES, CostCurve, measure_engine
+from samchat.engines.costs.curve import CostCurve
+from samchat.engines.costs.measurement import measure_engine
 from samchat.engines.llamacpp.model import (
     has_pending,
     llama,
@@ -348,37 +349,9 @@ class LlamaCppEngine:
             lib.llama_memory_seq_rm(mem, s, -1, -1)
         self._backlog = [tree.ids[k] for k in keep[lead:]]
 
-    # -- cost and description ------------------------------------------------------------------
-
-    def fit(self, measure: bool = True) -> None:
-        """llama.cpp picks its own kernels (at build time, and by repacking at load)."""
-
-    def _curve_file(self, digest: str) -> Path | None:
-        return self.cache_dir / "costs" / f"{digest}.json" if self.cache_dir is not None else None
-
-    def cached_cost_curve(self) -> CostCurve | None:
-        digest = curve_digest(self.lm)
-        return CURVES.known(digest, self._curve_file(digest))
-
-    def cost_curve(self, cancelled: Callable[[], bool] | None = None) -> CostCurve:
-        longs = _long_contexts(self.lm)
-        digest = curve_digest(self.lm)
-        lm = self.lm
-
-        def measure() -> CostCurve:
-            probe = LlamaCppEngine(lm, n_ctx=max(512, max(longs) + 2 * MAX_SEQ))
-            try:
-                return measure_engine(probe, self.n_vocab, long_contexts=longs, cancelled=cancelled)
-            finally:
-                probe.close()
-
-        return CURVES.get(digest, self._curve_file(digest), measure)
-
-    def describe(self) -> str:
-        return (
-            f"llama.cpp (llama-cpp-python {version()}), {self.weights.file_type}, "
-            f"{threads()} threads; {system_info()}"
-        )
+    @property
+    def meter(self) -> LlamaCppMeter:
+        return LlamaCppMeter(self.lm, self.cache_dir)
 
     def close(self) -> None:
         if self._ctx:
@@ -389,6 +362,48 @@ class LlamaCppEngine:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter exit the library may be gone
             self.close()
+
+
+class LlamaCppMeter:
+    """The llama.cpp engine's measuring: its cost curve, measured on an engine of its own once
+    per build, CPU, thread count and file (then kept in lm.curves and the cost cache)."""
+
+    def __init__(self, lm: EngineModel, cache_dir: Path | None) -> None:
+        self.lm = lm
+        self.cache_dir = cache_dir
+
+    def fit(self, measure: bool = True) -> None:
+        """llama.cpp picks its own kernels (at build time, and by repacking at load)."""
+
+    def _curve_file(self, digest: str) -> Path | None:
+        return self.cache_dir / "costs" / f"{digest}.json" if self.cache_dir is not None else None
+
+    def cached_cost_curve(self) -> CostCurve | None:
+        digest = curve_digest(self.lm)
+        return self.lm.curves.known(digest, self._curve_file(digest))
+
+    def cost_curve(self, cancelled: Callable[[], bool] | None = None) -> CostCurve:
+        lm = self.lm
+        longs = _long_contexts(lm)
+        digest = curve_digest(lm)
+
+        def measure() -> CostCurve:
+            probe = LlamaCppEngine(lm, n_ctx=max(512, max(longs) + 2 * MAX_SEQ))
+            try:
+                return measure_engine(
+                    probe, probe.n_vocab, long_contexts=longs, cancelled=cancelled
+                )
+            finally:
+                probe.close()
+
+        return lm.curves.get(digest, self._curve_file(digest), measure)
+
+    def describe(self) -> str:
+        weights = loaded_weights(self.lm.model)
+        return (
+            f"llama.cpp (llama-cpp-python {version()}), {weights.file_type}, "
+            f"{threads()} threads; {system_info()}"
+        )
 
 
 def _long_contexts(lm: EngineModel) -> tuple[int, ...]:

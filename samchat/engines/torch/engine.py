@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from samchat.engines.base import DRAFT_ROWS, Engine, EngineModel, Logits
-from samchat.engines.cost import CURVES, CostCurve, keep_cached, measure_engine
+from samchat.engines.costs.curve import CostCurve
+from samchat.engines.costs.measurement import measure_engine
 from samchat.engines.kernels import DEFAULT_PLAN, KernelPlan
 from samchat.engines.torch import fastpath
 from samchat.engines.torch.forward import ModelForward
@@ -119,6 +120,7 @@ class TorchEngine:
             self.plain_reason = "its KV cache layers (sliding window or other) cannot be compacted"
         elif impl not in ("eager", "sdpa", fastpath.ATTN_NAME):
             self.tree_reason = f"attention implementation {impl!r} takes no 4D tree mask"
+        self._meter = TorchMeter(self)
 
     @property
     def length(self) -> int:
@@ -173,44 +175,58 @@ class TorchEngine:
         with torch.inference_mode():
             self._kv.compact(start, keep)
 
+    @property
+    def meter(self) -> TorchMeter:
+        return self._meter
+
+
+class TorchMeter:
+    """The torch engine's measuring: its cost curve and kernel plan (measured once per model,
+    dtype, device, CPU and torch version, then kept in lm.curves and the cost cache)."""
+
+    def __init__(self, engine: TorchEngine) -> None:
+        self.engine = engine
+        self.curves = engine.lm.curves
+
     def fit(self, measure: bool = True) -> None:
         """Take the kernels measured fastest on this machine for each input size (measured with
-        the cost curve, once per model, dtype, CPU and torch version, then cached). Not
-        measured yet and measure=False: those of ordinary steps for fixed-shape ones, else the
-        default kernels for now."""
-        if self._fwd.fast:
+        the cost curve). Not measured yet and measure=False: those of ordinary steps for
+        fixed-shape ones, else the default kernels for now."""
+        fwd = self.engine._fwd
+        if fwd.fast:
             curve = self.cost_curve() if measure else self.cached_cost_curve()
             plan = curve.kernels if curve is not None else None
-            if plan is None and self._static is not None:
+            if plan is None and self.engine._static is not None:
                 plan = self._dynamic_kernels()
-            self._fwd.plan = plan or DEFAULT_PLAN
+            fwd.plan = plan or DEFAULT_PLAN
 
     def _curve_file(self, digest: str | None = None) -> Path | None:
-        cache = self.cache_dir
+        cache = self.engine.cache_dir
         name = digest or self._digest()
         return cache / "costs" / f"{name}.json" if cache is not None else None
 
     def cached_cost_curve(self) -> CostCurve | None:
-        return CURVES.known(self._digest(), self._curve_file())
+        return self.curves.known(self._digest(), self._curve_file())
 
     def _about(self) -> dict[str, str]:
         """What a measurement is of: it holds for every model object loaded from the same
         weights, in the same dtype, on the same device, CPU and torch."""
         from samchat.engines.cpu import cpu_name
 
-        lm = self.lm
+        engine = self.engine
+        lm = engine.lm
         about = {
             "engine": "torch",
             "model": str(getattr(lm, "name", "")),
             "source": str(getattr(lm, "source", "")),
-            "shape": f"{type(self.model).__name__}, {self._params} parameters",
-            "device": str(self.device),
-            "dtype": str(self.dtype).removeprefix("torch."),
+            "shape": f"{type(engine.model).__name__}, {engine._params} parameters",
+            "device": str(engine.device),
+            "dtype": str(engine.dtype).removeprefix("torch."),
             "cpu": cpu_name(),
             "torch": torch.__version__,
         }
-        if self.steps != "dynamic":
-            about["steps"] = self.steps
+        if engine.steps != "dynamic":
+            about["steps"] = engine.steps
         return about
 
     def _digest(self, about: dict[str, str] | None = None) -> str:
@@ -227,44 +243,46 @@ class TorchEngine:
         """The kernel plan already measured for this model on ordinary steps, if any: fixed
         steps run the same kernels."""
         digest = self._digest(self._ordinary_about())
-        curve = CURVES.known(digest, self._curve_file(digest))
+        curve = self.curves.known(digest, self._curve_file(digest))
         return curve.kernels if curve is not None else None
 
     def cost_curve(self, cancelled: Callable[[], bool] | None = None) -> CostCurve:
-        model, device = self.model, self.device
+        engine = self.engine
+        model, device, static = engine.model, engine.device, engine._static
 
         def measure() -> CostCurve:
-            kernels = self._dynamic_kernels() if self._static is not None else None
+            kernels = self._dynamic_kernels() if static is not None else None
             if kernels is None:
                 measured = measure_cost_curve(model, device, cancelled=cancelled)
-                if self._static is None:
+                if static is None:
                     return measured
                 # What ordinary steps of this model will read, not measure, later.
                 ordinary = self._ordinary_about()
-                CURVES.curves[self._digest(ordinary)] = measured
-                keep_cached(measured, self._curve_file(self._digest(ordinary)), ordinary)
+                self.curves.curves[self._digest(ordinary)] = measured
+                self.curves.keep(measured, self._curve_file(self._digest(ordinary)), ordinary)
                 kernels = measured.kernels
             # The kernels of ordinary steps; the costs as fixed-shape steps run them.
-            self._fwd.plan = kernels or DEFAULT_PLAN
-            curve = measure_engine(self, int(model.config.vocab_size), cancelled=cancelled)
+            engine._fwd.plan = kernels or DEFAULT_PLAN
+            curve = measure_engine(engine, int(model.config.vocab_size), cancelled=cancelled)
             curve.kernels = kernels
             return curve
 
-        return CURVES.get(self._digest(), self._curve_file(), measure, self._about())
+        return self.curves.get(self._digest(), self._curve_file(), measure, self._about())
 
     def describe(self) -> str:
-        dtype = str(self.dtype).removeprefix("torch.")
-        graphs = "; CUDA graphs" if self.steps == "graphs" else ""
+        engine = self.engine
+        dtype = str(engine.dtype).removeprefix("torch.")
+        graphs = "; CUDA graphs" if engine.steps == "graphs" else ""
         return (
-            f"torch {torch.__version__} ({dtype} on {self.device}; kernels: {self.kernels()}"
+            f"torch {torch.__version__} ({dtype} on {engine.device}; kernels: {self.kernels()}"
             f"{graphs})"
         )
 
     def kernels(self) -> str:
         """The kernel plan in words, or why there is none yet."""
-        if not self._fwd.fast:
+        if not self.engine._fwd.fast:
             return "the model's own"
-        curve = CURVES.curves.get(self._digest())
+        curve = self.curves.curves.get(self._digest())
         if curve is None or curve.kernels is None:
             return "chosen by measurement at the first reply"
         return curve.kernels.describe()

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from samchat.engines.base import Logits
-from samchat.engines.cost import CURVES, CostCurve, measure_engine
+from samchat.engines.costs.cache import CurveMemo
+from samchat.engines.costs.curve import CostCurve
+from samchat.engines.costs.measurement import measure_engine
 from samchat.engines.torch.lean import TAIL, LeanCache, LeanModel, run
 from samchat.engines.torch.native import forward as native_forward
 
@@ -119,6 +121,23 @@ class LeanEngine:
         self._tree_at = None
         self._length = self._cache.length = start + len(keep)
 
+    @property
+    def meter(self) -> LeanMeter:
+        return LeanMeter(self)
+
+
+class LeanMeter:
+    """The lean engine's measuring: its cost curve, on an engine of its own (kept in lm.curves
+    and the cost cache)."""
+
+    def __init__(self, engine: LeanEngine) -> None:
+        self.engine = engine
+        self.lm = engine.lm
+        self.curves: CurveMemo = engine.lm.curves
+        self.model = engine.model
+        self.cache_dir = engine.cache_dir
+        self._in_place = engine._in_place
+
     def fit(self, measure: bool = True) -> None:
         """One kernel for every row count: nothing to choose."""
 
@@ -149,7 +168,7 @@ class LeanEngine:
         return cache / "costs" / f"{self._digest()}.json" if cache is not None else None
 
     def cached_cost_curve(self) -> CostCurve | None:
-        return CURVES.known(self._digest(), self._curve_file())
+        return self.curves.known(self._digest(), self._curve_file())
 
     def cost_curve(self, cancelled: Callable[[], bool] | None = None) -> CostCurve:
         def measure() -> CostCurve:
@@ -157,7 +176,7 @@ class LeanEngine:
             other = LeanEngine(self.lm, native=self._in_place)
             return measure_engine(other, self.model.shape.vocab, cancelled=cancelled)
 
-        return CURVES.get(self._digest(), self._curve_file(), measure, self._about())
+        return self.curves.get(self._digest(), self._curve_file(), measure, self._about())
 
     def describe(self) -> str:
         cap = torch.backends.cpu.get_cpu_capability()

@@ -86,7 +86,7 @@ def prepare(request: WeightsRequest) -> ModelFiles:
     if is_packed(options):
         check_packed_source(request)
         return request.files
-    from samchat.engines.torch.devices import resolve_device, resolve_dtype
+    from samchat.engines.torch.placement import resolve_device, resolve_dtype
 
     device = resolve_device(options.device)
     _cuda_graphs_need_cuda(options, device.type)
@@ -126,7 +126,7 @@ def load_weights(request: WeightsRequest) -> Weights:
     options, files = request.options, request.files
     if is_packed(options):
         return load_packed(request)
-    from samchat.engines.torch.devices import resolve_device, resolve_dtype
+    from samchat.engines.torch.placement import resolve_device, resolve_dtype
 
     quiet_transformers()
     device = resolve_device(options.device)

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from samchat.engines.cost import SIZES, CostCurve, MeasurementCancelled
+from samchat.engines.costs import SIZES, CostCurve, MeasurementCancelled
 from samchat.engines.kernels import KernelPlan, measure_kernels
 from samchat.engines.torch.forward import ModelForward
 from samchat.engines.torch.kvcache import KVCache

@@ -18,7 +18,7 @@ from samchat.models.loader import ModelSpec
 def main() -> int:
     lm = load_model(ModelSpec(engine="torch", dtype="int4"))
     engine = LeanEngine(lm)
-    print(engine.describe())
+    print(engine.meter.describe())
     rng = random.Random(5)
     context = [rng.randrange(1000, 40000) for _ in range(70)]
     path = [rng.randrange(49152) for _ in range(17)]

@@ -22,8 +22,8 @@ from samchat.decoding import (
     TextDelta,
 )
 from samchat.decoding.tree import DraftTree
-from samchat.engines import cost
-from samchat.engines.cost import CURVES, CostCurve, load_or_measure
+from samchat.engines.costs import CostCurve, measurement
+from samchat.engines.costs.cache import load_or_measure
 from samchat.engines.kernels import KernelPlan
 from samchat.engines.torch import measure
 from samchat.engines.torch.engine import TorchEngine
@@ -117,14 +117,14 @@ def test_greedy_speculative_on_static_steps_equals_generate(
     given). Up to a minute on 2 cores where it computes the shared reference replies first."""
     params = SamplingParams(max_new_tokens=MAX_NEW)
     drafted = 0
-    ordinary = TorchEngine(default_lm).cost_curve().kernels
+    ordinary = TorchEngine(default_lm).meter.cost_curve().kernels
     assert ordinary is not None
     for method in methods:
         config = DecodingConfig(method=method)
         session = ChatSession(static_lm, config, cost_curve=curve, measure_first=False)
         engine = session.engine
         assert isinstance(engine, TorchEngine)
-        engine.fit(measure=False)
+        engine.meter.fit(measure=False)
         assert engine._fwd.plan == ordinary
         for prompt in (SINGLE_TURN[0], SINGLE_TURN[5], LONG_CONTEXT[0]):
             messages = [{"role": "user", "content": prompt}]
@@ -187,32 +187,35 @@ def test_fixed_steps_take_the_kernels_measured_for_ordinary_steps(
     ordinary steps of the same model: one kernel measurement per model, not two."""
     from samchat.engines.torch import engine as torch_engine
 
-    monkeypatch.setattr(CURVES, "curves", {})
+    monkeypatch.setattr(default_lm.curves, "curves", {})
     plan = KernelPlan.of({1: "stock", 2: "wht", 9: "stock"})
     ordinary = TorchEngine(default_lm, tmp_path)
     # As an earlier run leaves it: the ordinary steps' curve and plan in the cache.
-    load_or_measure(lambda: CostCurve({1: 1.0, 2: 1.5}, kernels=plan), ordinary._curve_file())
+    load_or_measure(lambda: CostCurve({1: 1.0, 2: 1.5}, kernels=plan), ordinary.meter._curve_file())
 
     def fail(*_: Any, **__: Any) -> CostCurve:
         raise AssertionError("the kernels were measured again")
 
     monkeypatch.setattr(torch_engine, "measure_cost_curve", fail)
-    quick = functools.partial(cost.measure_engine, context=32, reps=1)
+    quick = functools.partial(measurement.measure_engine, context=32, reps=1)
     monkeypatch.setattr(torch_engine, "measure_engine", quick)
     fixed = TorchEngine(static_lm, tmp_path)
-    curve = fixed.cost_curve()
+    curve = fixed.meter.cost_curve()
     assert curve.kernels == plan and fixed._fwd.plan == plan
-    saved = fixed._curve_file()
-    assert saved is not None and saved != ordinary._curve_file()  # its own costs, cached apart
+    saved = fixed.meter._curve_file()
+    assert (
+        saved is not None and saved != ordinary.meter._curve_file()
+    )  # its own costs, cached apart
     assert json.loads(saved.read_text())["kernels"] == plan.to_dict()
 
     # Fixed steps first on a new machine: the kernels they measure are kept for ordinary steps.
-    monkeypatch.setattr(CURVES, "curves", {})
+    monkeypatch.setattr(default_lm.curves, "curves", {})
+    monkeypatch.setattr(static_lm.curves, "curves", {})
     timed = functools.partial(measure.measure_cost_curve, context=32, reps=1)
     monkeypatch.setattr(torch_engine, "measure_cost_curve", timed)
-    first = TorchEngine(static_lm, tmp_path / "new").cost_curve()
+    first = TorchEngine(static_lm, tmp_path / "new").meter.cost_curve()
     monkeypatch.setattr(torch_engine, "measure_cost_curve", fail)
     later = TorchEngine(default_lm, tmp_path / "new")
-    assert first.kernels is not None and later.cost_curve().kernels == first.kernels
-    kept = later._curve_file()
+    assert first.kernels is not None and later.meter.cost_curve().kernels == first.kernels
+    kept = later.meter._curve_file()
     assert kept is not None and json.loads(kept.read_text())["kernels"] == first.kernels.to_dict()

@@ -17,7 +17,7 @@ import torch
 
 from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepStats
 from samchat.engines.base import Logits
-from samchat.engines.cost import CostCurve
+from samchat.engines.costs import CostCurve
 from samchat.engines.layout import TreeLayout
 from samchat.engines.torch import packed
 from samchat.engines.torch.gguf_weights import Blocks4, Blocks8, decode
@@ -129,8 +129,8 @@ FORWARDS = pytest.mark.parametrize("native", [True, False], ids=["native", "pyth
 def test_the_native_forward_runs_where_a_compiler_is(int4_lm: Any) -> None:
     """This machine has a C++ compiler (CI builds with it): the compiled forward is in use."""
     assert int4_lm.model.native is not None
-    assert "native lean" in LeanEngine(int4_lm).describe()
-    assert "Python lean" in LeanEngine(int4_lm, native=False).describe()
+    assert "native lean" in LeanEngine(int4_lm).meter.describe()
+    assert "Python lean" in LeanEngine(int4_lm, native=False).meter.describe()
 
 
 @FORWARDS

@@ -13,14 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from samchat.engines.cost import (
-    CURVE_VERSION,
-    CURVES,
-    SIZES,
-    CostCurve,
-    cached_kernel_plans,
-    load_or_measure,
-)
+from samchat.engines.costs import SIZES, CostCurve
+from samchat.engines.costs.cache import CURVE_VERSION, cached_kernel_plans, load_or_measure
 from samchat.engines.kernels import (
     DEFAULT_PLAN,
     KERNELS,
@@ -134,23 +128,23 @@ def test_the_engine_runs_the_measured_plan(
     from samchat.engines.torch import engine as torch_engine
     from samchat.engines.torch.engine import TorchEngine
 
-    monkeypatch.setattr(CURVES, "curves", {})  # measure here, whatever ran before
+    monkeypatch.setattr(default_lm.curves, "curves", {})  # measure here, whatever ran before
     # A short context and one timed round: this checks where the plan goes, whichever kernels
     # win, not the precision of the timing.
     quick = functools.partial(measure.measure_cost_curve, context=64, reps=1)
     monkeypatch.setattr(torch_engine, "measure_cost_curve", quick)
     engine = TorchEngine(default_lm, tmp_path)
     assert engine._fwd.plan == DEFAULT_PLAN
-    engine.fit()
-    curve = engine.cost_curve()
+    engine.meter.fit()
+    curve = engine.meter.cost_curve()
     assert curve.kernels is not None and engine._fwd.plan == curve.kernels
-    assert engine.kernels() == curve.kernels.describe()
-    assert curve.kernels.describe() in engine.describe()
+    assert engine.meter.kernels() == curve.kernels.describe()
+    assert curve.kernels.describe() in engine.meter.describe()
     [(about, cached)] = cached_kernel_plans(tmp_path / "costs")
     assert cached == curve.kernels and about["dtype"] == "float32" and about["cpu"]
 
     # A fresh process: the plan comes from the cache file, not a new measurement.
-    monkeypatch.setattr(CURVES, "curves", {})
+    monkeypatch.setattr(default_lm.curves, "curves", {})
 
     def fail(*_: Any, **__: Any) -> CostCurve:
         raise AssertionError("measured again")
@@ -158,10 +152,10 @@ def test_the_engine_runs_the_measured_plan(
     monkeypatch.setattr(torch_engine, "measure_cost_curve", fail)
     monkeypatch.setattr(measure, "measure_cost_curve", fail)
     later = TorchEngine(default_lm, tmp_path)
-    later.fit()
+    later.meter.fit()
     assert later._fwd.plan == curve.kernels
     # A curve this process knows goes into a cache that lacks it (a second home, say), unmeasured.
-    TorchEngine(default_lm, tmp_path / "other").cost_curve()
+    TorchEngine(default_lm, tmp_path / "other").meter.cost_curve()
     assert cached_kernel_plans(tmp_path / "other" / "costs") == [(about, curve.kernels)]
 
     tok = default_lm.tokenizer

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from samchat.decoding.session import ChatSession
-from samchat.engines.cost import CURVES, MeasurementCancelled, measure_engine
-from samchat.engines.llamacpp.engine import LlamaCppEngine
+from samchat.engines.costs import MeasurementCancelled
+from samchat.engines.costs.measurement import measure_engine
+from samchat.engines.llamacpp.engine import LlamaCppEngine, LlamaCppMeter
 from samchat.engines.torch.measure import measure_cost_curve
 
 pytestmark = pytest.mark.model
@@ -44,8 +45,8 @@ def test_a_session_that_was_stopped_stays_plain_and_keeps_nothing(
 ) -> None:
     from samchat.decoding import DecodingConfig, SamplingParams
 
-    monkeypatch.setattr(LlamaCppEngine, "cached_cost_curve", lambda self: None)  # a new machine
-    monkeypatch.setattr(CURVES, "curves", {})
+    monkeypatch.setattr(LlamaCppMeter, "cached_cost_curve", lambda self: None)  # a new machine
+    monkeypatch.setattr(gguf_lm.curves, "curves", {})
     session = ChatSession(gguf_lm, DecodingConfig(), cache_dir=tmp_path, measure_first=False)
     events = list(session.generate([{"role": "user", "content": "Say hi"}], SamplingParams(4)))
     assert events[-1].stats.steps == events[-1].stats.tokens  # plain: one token a step

@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from samchat.decoding.drafter import Drafter
 from samchat.decoding.policy.recycling import (
     CALIBRATION_DECAY,
     FALLBACK_PRIOR,
@@ -45,9 +44,10 @@ from samchat.decoding.policy.recycling import (
     K,
     tree_sizes,
 )
-from samchat.decoding.protocols import SessionModel
+from samchat.decoding.protocols import Drafter, SessionModel
 from samchat.decoding.tree import DraftTree
-from samchat.engines.cost import CostCurve
+from samchat.engines.costs import CostCurve
+from samchat.names import TOKEN_RECYCLING
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class _Plan:
 
 
 class TokenRecyclingDrafter(Drafter):
-    name = "tr"
+    name = TOKEN_RECYCLING
     wants_logits = True
 
     def __init__(self, vocab_size: int, k: int = K, path: Path | None = None) -> None:

@@ -3,7 +3,7 @@ kept across edits, rebuilt once it outgrows the conversation."""
 
 from __future__ import annotations
 
-from samchat.decoding.sam_drafters import DynamicSamDrafter
+from samchat.decoding.automaton_drafters import DynamicSamDrafter
 
 
 def test_dynamic_drafter_drafts_from_earlier_text_and_keeps_it_across_edits() -> None:

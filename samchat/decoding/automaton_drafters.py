@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from samchat.decoding.drafter import Drafter
 from samchat.decoding.prompt import common_prefix
-from samchat.decoding.protocols import DraftIndex
+from samchat.decoding.protocols import Drafter, DraftIndex
 from samchat.decoding.tree import DraftTree
+from samchat.names import DYNAMIC_SAM, STATIC_SAM
 from samchat.sam import MatchCursor, SuffixAutomaton
 
 
@@ -22,7 +22,7 @@ class DynamicSamDrafter(Drafter):
     and only the cursor restarts, until the automaton outgrows the conversation by REBUILD_SLACK
     tokens and is rebuilt."""
 
-    name = "dyn"
+    name = DYNAMIC_SAM
     REBUILD_SLACK = 1024
     REFEED = 64  # tokens before the change the restarted cursor is fed, to match again at once
 
@@ -74,7 +74,7 @@ class StaticSamDrafter(Drafter):
     """Drafts from the static index (past chats, imported documents): sequences, or trees of
     the most frequent continuations when tree_topk > 0."""
 
-    name = "static"
+    name = STATIC_SAM
 
     def __init__(self, index: DraftIndex, context: int = 256, tree_topk: int = 0) -> None:
         self._index = index

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from samchat.decoding import recycling
-from samchat.decoding.recycling import (
+from samchat.decoding import token_recycling
+from samchat.decoding.token_recycling import (
     TokenRecyclingDrafter,
     build_template,
     expected_accepted,
@@ -165,7 +165,7 @@ def test_propose_gathers_the_tree_the_node_walk_would() -> None:
                     assert got.source == "tr"
                     holes += len(got) < size
     assert holes > 50  # the trees dropped nodes (and subtrees) often
-    assert all(isinstance(p, recycling._Plan) for p in d._plans.values())
+    assert all(isinstance(p, token_recycling._Plan) for p in d._plans.values())
 
 
 def _old_observe(
@@ -203,7 +203,7 @@ def test_observe_learns_as_the_numpy_table_did_repeated_ids_included() -> None:
         assert np.array_equal(d.adj, adj)
     assert repeats > 50
     assert seen > 0 and hits.sum() > 0
-    prior = [p * 200.0 for p in recycling.RANK_PRIOR[:k]]
+    prior = [p * 200.0 for p in token_recycling.RANK_PRIOR[:k]]
     want = [float((p + h) / (200.0 + seen)) for p, h in zip(prior, hits, strict=True)]
     assert d.rank_rates == want
     assert d.hits.tolist() == hits.tolist() and int(d.seen) == seen
@@ -234,7 +234,7 @@ def test_top_k_rows_equals_a_full_sort() -> None:
             if rows > 1:
                 logits[1, 200 % vocab : 200 % vocab + k] += 10.0
             want = torch.topk(torch.from_numpy(logits), k, dim=-1).indices.numpy()
-            assert np.array_equal(recycling.top_k_rows(logits, k), want), (vocab, k)
+            assert np.array_equal(token_recycling.top_k_rows(logits, k), want), (vocab, k)
 
 
 def test_a_token_without_a_row_drafts_from_the_most_emitted_tokens() -> None:

@@ -1,8 +1,9 @@
-"""A tokenizer samchat keeps in its cache (a GGUF file's, converted once by transformers), read
-back with the `tokenizers` library, its chat template rendered by jinja2 in the sandbox and with
-the helpers transformers gives templates. Loading it this way skips importing transformers and
-torch, most of a short `samchat ask` on llama.cpp; the tokens are the same (tested against
-transformers on real prompts, templates included).
+"""The tokenizers samchat keeps in its cache: where a GGUF file's is kept once converted by
+transformers (by the file's identity, beside the bundled file, or by its metadata for a copy),
+and KeptTokenizer, which reads one back with the `tokenizers` library, its chat template
+rendered by jinja2 in the sandbox and with the helpers transformers gives templates. Loading it
+this way skips importing transformers and torch, most of a short `samchat ask` on llama.cpp;
+the tokens are the same (tested against transformers on real prompts, templates included).
 
 Only the folder layout transformers writes is read. Anything else in it (extra special tokens,
 space clean-up, several templates) raises ValueError, and the caller loads the folder with
@@ -11,15 +12,21 @@ transformers instead.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import tempfile
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from samchat.engines.weights import ModelFiles, quiet_transformers
+from samchat.errors import ModelLoadError, one_line
 from samchat.messages import Message
+from samchat.models.gguf_header import conversion_key, metadata_digest
+from samchat.paths import model_cache_dir
 
 # The named special tokens, in transformers' order (SPECIAL_TOKENS_ATTRIBUTES).
 SPECIAL_KEYS = (
@@ -212,3 +219,114 @@ class KeptTokenizer:
             **self.special_tokens_map,
         )
         return text
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """A stable hash of the vocabulary and special tokens: it keys the static index."""
+    vocab = tokenizer.get_vocab()
+    digest = hashlib.sha256()
+    digest.update(json.dumps(sorted(vocab.items()), ensure_ascii=False).encode())
+    digest.update(json.dumps(sorted(map(str, tokenizer.all_special_tokens))).encode())
+    return digest.hexdigest()[:16]
+
+
+def tokenizer_cache(gguf: Path) -> Path:
+    """Where a GGUF file's tokenizer is kept once converted: keyed by the file's identity and by
+    the libraries that convert and read it (another version may build it differently)."""
+    from importlib.metadata import version
+
+    libs = f"{version('transformers')}|{version('tokenizers')}"
+    key = hashlib.sha256(f"{conversion_key(gguf)}|{libs}".encode()).hexdigest()[:16]
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in gguf.stem)[:60]
+    return model_cache_dir() / f"tokenizer-{safe}-{key}"
+
+
+def load_tokenizer_files(where: ModelFiles, source: str | None, trust_remote_code: bool) -> Any:
+    """The tokenizer of the model files found for `source`. A GGUF file's is converted from its
+    vocabulary once (seconds, by transformers) and kept in the model cache, from where it loads
+    in milliseconds without transformers (KeptTokenizer)."""
+    gguf = where.gguf
+    cached = tokenizer_cache(gguf) if gguf is not None else None
+    same: Path | None = None
+    if cached is not None and gguf is not None:
+        for folder in (gguf_tokenizer_beside(cached, gguf), cached):
+            kept = read_kept(folder) if folder.is_dir() else None
+            if kept is not None:
+                return kept
+        # A copy of a file converted before (moved, linked, touched, or the same model in
+        # Ollama's store and LM Studio's folder): its metadata, so its tokenizer, is the same.
+        same = _metadata_tokenizer(gguf)
+        kept = read_kept(same) if same is not None and same.is_dir() else None
+        if kept is not None:
+            shutil.rmtree(cached, ignore_errors=True)  # a damaged copy, if any
+            keep_tokenizer(kept, cached)  # found by its path from the next start on
+            return kept
+    quiet_transformers()
+    from transformers import AutoTokenizer
+
+    if cached is not None and cached.is_dir():
+        try:
+            return AutoTokenizer.from_pretrained(cached, local_files_only=True)
+        except Exception:  # a damaged copy is converted again
+            shutil.rmtree(cached, ignore_errors=True)
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
+    if where.gguf_file:
+        kwargs["gguf_file"] = where.gguf_file
+    if where.local:
+        kwargs["local_files_only"] = True
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where.path, **kwargs)
+    except Exception as exc:  # transformers raises many types; all mean "cannot load"
+        raise ModelLoadError(
+            f"could not load the tokenizer of {source or where.name}: {one_line(exc)}"
+        ) from exc
+    if cached is not None:
+        keep_tokenizer(tokenizer, cached)
+        if same is not None:
+            keep_tokenizer(tokenizer, same)
+        # From the kept copy, as every later start reads it: one tokenizer whatever the start.
+        return read_kept(cached) or tokenizer
+    return tokenizer
+
+
+def _metadata_tokenizer(gguf: Path) -> Path | None:
+    """Where the tokenizer of any GGUF file with this one's metadata is kept (None: the header
+    is unreadable, and converting will say why)."""
+    from importlib.metadata import version
+
+    try:
+        digest = metadata_digest(gguf)
+    except ModelLoadError:
+        return None
+    libs = f"{version('transformers')}|{version('tokenizers')}"
+    key = hashlib.sha256(f"{digest}|{libs}".encode()).hexdigest()[:16]
+    return model_cache_dir() / f"tokenizer-metadata-{key}"
+
+
+def gguf_tokenizer_beside(cached: Path, gguf: Path) -> Path:
+    """Where `make setup` keeps the bundled GGUF's converted tokenizer: beside the file, under
+    the cache's name for it (so the same file, size, mtime and libraries), so that a first
+    start converts nothing."""
+    return gguf.parent / cached.name
+
+
+def read_kept(folder: Path) -> KeptTokenizer | None:
+    """A kept tokenizer through `tokenizers` alone, or None where transformers must read it."""
+    try:
+        return KeptTokenizer.load(folder)
+    except Exception:  # unreadable or unusual (tokenizers raises its own types): transformers
+        return None
+
+
+def keep_tokenizer(tokenizer: Any, target: Path) -> None:
+    """Save a converted tokenizer whole or not at all (a read-only cache converts every time)."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=target.parent))
+        try:
+            tokenizer.save_pretrained(tmp)
+            tmp.rename(target)  # atomic; another process may have kept its copy first
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError:
+        pass
