@@ -135,9 +135,14 @@ def measure(spec: ModelSpec, cache_dir: Path, say: Say) -> list[EngineSpeed]:
         speeds.append(_time_steps(candidate, say))
     if not speeds:
         raise SamchatError("no engine can run this model here")
+    keep(cache_dir, path, speeds)
+    return speeds
+
+
+def keep(cache_dir: Path, path: Path, speeds: list[EngineSpeed]) -> None:
+    """Keeps the speeds measured for the GGUF file at path, where kept() reads them."""
     out = record_path(cache_dir, path)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps({"speeds": [asdict(s) for s in speeds]}, indent=1) + "\n")
     tmp.replace(out)
-    return speeds
