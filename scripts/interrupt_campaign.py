@@ -50,6 +50,7 @@ class Trial:
     front: str
     delay_s: float  # from the start (the process's, or the question's in the app) to the interrupt
     what: str  # the interrupt: sigint, esc or quit
+    case: str  # what the front end was doing: with --file, one or two clients, ...
     stop_s: float | None = None  # from the interrupt to the end; None: it never ended
     rc: int | None = None
     forced: bool = False  # the watchdog ended it (samchat.interrupts), not the clean path
@@ -64,6 +65,7 @@ class Figures:
     counted: int = 0  # interrupted while still working
     within: int = 0  # ended within LIMIT_S
     forced: int = 0
+    cases: dict[str, int] = field(default_factory=dict)  # trials per case
     median_s: float = 0.0
     max_s: float = 0.0
     kept: int = 0  # messages saved before the trials, all checked after each one
@@ -194,12 +196,13 @@ def judge(proc: subprocess.Popen[str], stderr: str, trial: Trial) -> None:
 
 def ask_trial(home: Path, rng: random.Random, n: int) -> Trial:
     """A local ask with a fresh cache (so the first-use timing follows the answer); a third
-    of them read a long attached file first."""
+    of them, the second trial first, read a long attached file first."""
     data = home / "data"
-    trial = Trial("ask", rng.uniform(0.0, 5.0), "sigint")
+    with_file = n % 3 == 1
+    trial = Trial("ask", rng.uniform(0.0, 5.0), "sigint", "--file" if with_file else "question")
     argv = [sys.executable, "-m", "samchat", "ask", "--data-dir", str(data)]
     argv += ["--max-new-tokens", "64", f"{QUESTION} ({n})"]
-    if n % 3 == 2:
+    if with_file:
         argv += ["--file", str(ROOT / "LICENSE")]
     before = rows(data / "samchat.db")
     interrupt_process(argv, _env(home, home / f"cache-{n}"), trial.delay_s, trial)
@@ -260,7 +263,7 @@ def stalling_server() -> Iterator[str]:
 
 def remote_trial(home: Path, rng: random.Random, n: int, url: str) -> Trial:
     data = home / "data"
-    trial = Trial("remote", rng.uniform(0.0, 2.5), "sigint")
+    trial = Trial("remote", rng.uniform(0.0, 2.5), "sigint", "stalled stream")
     argv = [sys.executable, "-m", "samchat", "--model", f"openai:{url}", "ask"]
     argv += ["--data-dir", str(data), f"{QUESTION} ({n})"]
     before = rows(data / "samchat.db")
@@ -272,7 +275,8 @@ def remote_trial(home: Path, rng: random.Random, n: int, url: str) -> Trial:
 def serve_trial(home: Path, rng: random.Random, n: int) -> Trial:
     """`samchat serve --save`, one or two clients streaming long replies, then Ctrl-C."""
     data = home / "data"
-    trial = Trial("serve", rng.uniform(0.0, 3.0), "sigint")
+    clients_n = 1 + n % 2
+    trial = Trial("serve", rng.uniform(0.0, 3.0), "sigint", ("one client", "two clients")[n % 2])
     argv = [sys.executable, "-m", "samchat", "serve", "--port", "0", "--save"]
     argv += ["--data-dir", str(data)]
     before = rows(data / "samchat.db")
@@ -309,7 +313,7 @@ def serve_trial(home: Path, rng: random.Random, n: int) -> Trial:
             ):
                 pass
 
-    for k in range(1 + n % 2):
+    for k in range(clients_n):
         clients.append(threading.Thread(target=client, args=(k,), daemon=True))
         clients[-1].start()
     time.sleep(trial.delay_s)
@@ -369,7 +373,11 @@ async def _app_trial(home: Path, rng: random.Random, n: int, trial: Trial) -> No
 
 def app_trial(home: Path, rng: random.Random, n: int) -> Trial:
     data = home / "data"
-    trial = Trial("app", rng.uniform(0.0, 4.0), "quit" if n % 3 == 2 else "esc")
+    # A third quit (ctrl+q), the second trial first; the rest stop the reply (Esc).
+    quit_ = n % 3 == 1
+    trial = Trial(
+        "app", rng.uniform(0.0, 4.0), "quit" if quit_ else "esc", "ctrl+q" if quit_ else "esc"
+    )
     saved = dict(os.environ)
     os.environ.update(_env(home, home / f"cache-{n}"))
     before = rows(data / "samchat.db")
@@ -394,6 +402,8 @@ def summarize(front: str, trials: list[Trial], kept: int) -> Figures:
     times = [t.stop_s for t in counted if t.stop_s is not None]
     fig.within = sum(1 for s in times if s <= LIMIT_S)
     fig.forced = sum(1 for t in counted if t.forced)
+    for t in trials:
+        fig.cases[t.case] = fig.cases.get(t.case, 0) + 1
     fig.median_s = round(statistics.median(times), 3) if times else 0.0
     fig.max_s = round(max(times), 3) if times else 0.0
     for t in trials:

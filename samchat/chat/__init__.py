@@ -1,4 +1,4 @@
-"""The chat layer every front end shares (TUI, `samchat ask`, later the server); no textual.
+"""The chat layer every front end shares (the TUI, `samchat ask`, `samchat serve`); no textual.
 
 `service`: the turns of a chat over the store; `record`: what is stored for a reply, built from
 the engine's events the same way everywhere; `opening`: the model a front end asks for;

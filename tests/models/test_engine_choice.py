@@ -1,6 +1,7 @@
 """Choosing the engine by measured speed: `samchat bench engines` times llama.cpp and the torch
-engine's int4 format on the real default GGUF, keeps the result, and the app and serve take the
-faster where the engine and dtype are left to auto; choices made by the user stand."""
+engine's int4 format on the real default GGUF and keeps the result; the app, serve and doctor
+follow a kept record (fixed ones here, one where each engine wins) where the engine and dtype
+are left to auto; choices made by the user stand."""
 
 from __future__ import annotations
 
@@ -18,54 +19,112 @@ from samchat.errors import SamchatError
 from samchat.models.engine_choice import (
     EngineSpeed,
     gguf_file,
+    keep,
     kept,
     measure,
     preferred,
     record_path,
 )
 from samchat.models.loader import ModelSpec
+from tests.serve.serve_process import Server
 
 pytestmark = pytest.mark.model
 
+# Fixed records, the winner first in one and last in the other: (speeds, the engine and dtype
+# the app and serve must take, doctor's label for it).
+LLAMACPP_FASTER = [
+    EngineSpeed("llamacpp", "auto", 6.5, "llama.cpp (a fixed record)"),
+    EngineSpeed("torch", "int4", 9.5, "torch int4 (a fixed record)"),
+]
+INT4_FASTER = [
+    EngineSpeed("llamacpp", "auto", 9.5, "llama.cpp (a fixed record)"),
+    EngineSpeed("torch", "int4", 6.5, "torch int4 (a fixed record)"),
+]
+RECORDS = pytest.mark.parametrize(
+    ("speeds", "winner"),
+    [(LLAMACPP_FASTER, ("llamacpp", "auto")), (INT4_FASTER, ("torch", "int4"))],
+    ids=["llamacpp-faster", "int4-faster"],
+)
 
-@pytest.fixture(scope="module")
-def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[EngineSpeed]]:
-    cache = tmp_path_factory.mktemp("cache")
-    return cache, measure(ModelSpec(), cache, lambda _: None)
+
+def _kept_record(cache: Path, speeds: list[EngineSpeed]) -> Path:
+    """cache, holding speeds as `samchat bench engines` keeps them for the default GGUF."""
+    path = gguf_file(ModelSpec())
+    assert path is not None
+    keep(cache, path, speeds)
+    assert kept(cache, ModelSpec()) == speeds
+    return cache
 
 
-def test_both_engines_are_timed_and_kept(measured: tuple[Path, list[EngineSpeed]]) -> None:
-    cache, speeds = measured
+def test_both_engines_are_timed_and_kept_and_the_apps_first_reply_drafts(tmp_path: Path) -> None:
+    """bench engines (make setup) keeps each engine's speed and cost curve: the app's very
+    first reply, on the engine it takes, drafts, and no timing of the machine follows it."""
+    speeds = measure(ModelSpec(), tmp_path, lambda _: None)
     assert [s.label for s in speeds] == ["llamacpp", "torch/int4"]
     assert all(s.ms_per_token > 0 for s in speeds)
     assert "int4" in speeds[1].describe
-    assert kept(cache, ModelSpec()) == speeds
-    # Each engine's verification costs are kept beside, one file each: a first reply on
-    # either drafts.
-    assert len(list((cache / "costs").glob("*.json"))) == len(speeds)
-
-
-def test_the_app_and_serve_take_the_fastest(measured: tuple[Path, list[EngineSpeed]]) -> None:
-    cache, speeds = measured
+    assert kept(tmp_path, ModelSpec()) == speeds
+    assert len(list((tmp_path / "costs").glob("*.json"))) == len(speeds)  # a curve each
     best = min(speeds, key=lambda s: s.ms_per_token)
-    chosen = preferred(ModelSpec(), cache)
-    assert (chosen.engine, chosen.dtype) == (best.engine, best.dtype)
+    _first_reply_drafts(tmp_path, tmp_path / "app", best)
 
 
+@RECORDS
+def test_the_app_and_serve_take_the_faster_kept(
+    tmp_path: Path, speeds: list[EngineSpeed], winner: tuple[str, str]
+) -> None:
+    chosen = preferred(ModelSpec(), _kept_record(tmp_path, speeds))
+    assert chosen == replace(ModelSpec(), engine=winner[0], dtype=winner[1])
+
+
+@RECORDS
 def test_the_app_reads_the_kept_choice(
-    measured: tuple[Path, list[EngineSpeed]], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    speeds: list[EngineSpeed],
+    winner: tuple[str, str],
 ) -> None:
     from samchat.tui.launch import app_from_args
 
-    cache, speeds = measured
-    best = min(speeds, key=lambda s: s.ms_per_token)
+    cache = _kept_record(tmp_path / "cache", speeds)
     monkeypatch.setenv("SAMCHAT_CACHE_DIR", str(cache))
-    app = app_from_args(argparse.Namespace(data_dir=str(cache / "data")))
-    # The app keeps the spec as named (config.toml's, auto) and resolves it at each load.
-    assert (app.spec.engine, app.spec.dtype) == ("auto", "auto")
-    assert app.cache_dir == cache
+    app = app_from_args(argparse.Namespace(data_dir=str(tmp_path / "data")))
+    # The app keeps the spec as named (config.toml's: auto) and resolves it at each load.
+    assert (app.spec.engine, app.spec.dtype) == ("auto", "auto") and app.cache_dir == cache
     chosen = preferred(app.spec, cache)
-    assert (chosen.engine, chosen.dtype) == (best.engine, best.dtype)
+    assert (chosen.engine, chosen.dtype) == winner
+
+
+@RECORDS
+def test_serve_loads_the_engine_the_record_names(
+    tmp_path: Path, speeds: list[EngineSpeed], winner: tuple[str, str]
+) -> None:
+    """A real `samchat serve` with the engine left to auto: what it loads, in its own words."""
+    _kept_record(tmp_path / "cache", speeds)  # the server's cache (serve_process.home_env)
+    server = Server(tmp_path)
+    try:
+        log = server.stderr()
+    finally:
+        assert server.stop() == 0, server.stderr()
+    on_llamacpp = "with llama.cpp" in log
+    on_int4 = "(int4 on cpu)" in log
+    assert (on_llamacpp, on_int4) == (winner[0] == "llamacpp", winner[1] == "int4"), log
+
+
+@RECORDS
+def test_doctor_names_the_engine_the_record_names(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    speeds: list[EngineSpeed],
+    winner: tuple[str, str],
+) -> None:
+    from samchat.commands.doctor import report
+
+    monkeypatch.setenv("SAMCHAT_CACHE_DIR", str(_kept_record(tmp_path / "cache", speeds)))
+    row = dict(report(tmp_path / "data"))["engine (app, serve)"]
+    label = winner[0] if winner[1] == "auto" else "/".join(winner)
+    assert row.startswith(f"{label}, measured fastest here ("), row
+    assert "llamacpp " in row and "torch/int4 " in row and " 6.5 ms" in row and " 9.5 ms" in row
 
 
 @pytest.mark.parametrize(
@@ -78,10 +137,9 @@ def test_the_app_reads_the_kept_choice(
     ],
     ids=["engine", "torch", "dtype", "device"],
 )
-def test_choices_made_by_the_user_stand(
-    measured: tuple[Path, list[EngineSpeed]], spec: ModelSpec
-) -> None:
-    assert preferred(spec, measured[0]) == spec
+def test_choices_made_by_the_user_stand(tmp_path: Path, spec: ModelSpec) -> None:
+    for n, speeds in enumerate((LLAMACPP_FASTER, INT4_FASTER)):
+        assert preferred(spec, _kept_record(tmp_path / str(n), speeds)) == spec
 
 
 def test_nothing_kept_or_a_damaged_record_changes_nothing(tmp_path: Path) -> None:
@@ -96,17 +154,16 @@ def test_nothing_kept_or_a_damaged_record_changes_nothing(tmp_path: Path) -> Non
         assert preferred(ModelSpec(), tmp_path) == ModelSpec()
 
 
-def test_another_gguf_file_is_measured_apart(
-    measured: tuple[Path, list[EngineSpeed]], tmp_path: Path
-) -> None:
+def test_another_gguf_file_is_measured_apart(tmp_path: Path) -> None:
     """A record names one file: a copy elsewhere has none yet."""
+    cache = _kept_record(tmp_path / "cache", INT4_FASTER)
     path = gguf_file(ModelSpec())
     assert path is not None
     copy = tmp_path / "copy.gguf"
     copy.symlink_to(path)
     spec = replace(ModelSpec(), source=str(copy))
-    assert kept(measured[0], spec) is None
-    assert preferred(spec, measured[0]) == spec
+    assert kept(cache, spec) is None
+    assert preferred(spec, cache) == spec
 
 
 def test_a_model_that_is_no_gguf_is_a_one_line_error(tmp_path: Path) -> None:
@@ -126,19 +183,15 @@ def test_a_model_that_is_no_gguf_is_a_one_line_error(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
-def test_after_bench_engines_the_apps_first_reply_drafts(
-    measured: tuple[Path, list[EngineSpeed]], tmp_path: Path
-) -> None:
-    """bench engines (make setup) keeps each engine's cost curve: the app's very first reply
-    on the engine it chose drafts, and no timing of the machine follows it."""
+def _first_reply_drafts(cache: Path, tmp_path: Path, best: EngineSpeed) -> None:
+    """The app, with cache as bench engines left it, answers once: on best's engine, drafting,
+    with no timing of the machine before or after."""
     import asyncio
 
     from samchat.chat.config import Config
     from samchat.store import Store
     from samchat.tui.app import SamchatApp
 
-    cache, speeds = measured
-    best = min(speeds, key=lambda s: s.ms_per_token)
     cfg = Config()
     cfg.sampling.max_new_tokens = 24
     app = SamchatApp(

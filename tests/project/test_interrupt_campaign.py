@@ -1,7 +1,8 @@
 """A short run of the interruption campaign (scripts/interrupt_campaign.py) with the real default
-model: Ctrl-C into `samchat ask` (local and remote) and `samchat serve`, Esc and quit in the app.
-Each interrupt is obeyed, no earlier message is lost and the store stays sound. `make faults`
-runs the full campaign."""
+model: Ctrl-C into `samchat ask` (local, with a file, and remote) and `samchat serve` (one and
+two clients), Esc and ctrl+q in the app. Each interrupt lands while the front end works and is
+obeyed by the clean path (never the watchdog), no earlier message is lost and the store stays
+sound. `make faults` runs the full campaign."""
 
 from __future__ import annotations
 
@@ -37,8 +38,21 @@ def test_every_interrupt_is_obeyed_and_nothing_saved_is_lost(tmp_path: Path) -> 
         say=lambda _: None,
     )
     assert [f.front for f in figures] == list(campaign.FRONTS)
+    # Two trials reach each front end's other case too (the second trial is the first of it).
+    cases = {f.front: f.cases for f in figures}
+    assert cases == {
+        "ask": {"question": 1, "--file": 1},
+        "remote": {"stalled stream": 2},
+        "serve": {"one client": 1, "two clients": 1},
+        "app": {"esc": 1, "ctrl+q": 1},
+    }
     for f in figures:
         assert f.trials == 2 and f.kept == 2, f
+        # Each interrupt came while the front end was still at work, and each process ended by
+        # the clean path: not by samchat's watchdog, nor killed by the campaign after 30 s.
+        assert f.counted == 2, f
+        assert f.forced == 0, f
+        assert not [p for p in f.problems if "did not end" in p], f.problems
         # Ended at all, nothing lost, the store sound, no traceback. The 2 s deadline is the
         # full campaign's figure: a test on a loaded machine only checks that it ended.
         assert f.lost == 0, f.problems

@@ -6,6 +6,7 @@ rebuilt when damaged."""
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 from types import SimpleNamespace
@@ -152,6 +153,45 @@ def test_rows_equal_one_token_steps_at_every_row_count(int4_lm: Any, native: boo
         for i in range(k):
             assert np.array_equal(got[i], ref[s + i]), (k, s, i)
         engine.crop(base)
+
+
+@pytest.mark.all_cores
+def test_rows_split_between_threads_equal_one_token_steps_on_one(int4_lm: Any) -> None:
+    """On every core (the rest of the suite gives each worker one): the native forward's
+    verifications, sequences of 1 to 64 rows (either side of the norms' 16-row grain and of
+    the tiles) and a tree, their rows, heads and output blocks split between threads, equal
+    one-token steps computed on a single thread. So a row depends neither on which thread
+    runs it nor on how many there are."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = max(2, cores or 1)  # two at least, so that the work really is split
+    prompt = _prompt(int4_lm, "Describe the river Lune briefly.")
+    context = prompt[:-1]
+    rng = random.Random(13)
+    path = [prompt[-1]] + [rng.randrange(49152) for _ in range(TAIL + 16)]
+    likely = path[: TAIL + 1]
+    tokens, parents = _random_tree(rng, likely, TAIL - 1)
+    layout = TreeLayout(tokens, parents)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ref = _plain_rows(int4_lm, context, path, native=True)
+        tree_ref = _tree_rows(int4_lm, context, [path[0], *tokens], layout, native=True)
+        torch.set_num_threads(threads)
+        engine = LeanEngine(int4_lm, native=True)
+        engine.prefill(context)
+        base = engine.length
+        for k in (1, 2, 3, 5, 8, 15, 16, 17, 24, 31, 32, 33, 47, TAIL - 1, TAIL):
+            s = k % 17  # starts on either side of the 64-position boundary where attention splits
+            engine.prefill(path[:s])
+            got = engine.forward(path[s : s + k])
+            for i in range(k):
+                assert np.array_equal(got[i], ref[s + i]), (threads, k, s, i)
+            engine.crop(base)
+        rows = engine.forward([path[0], *tokens], layout)
+        for node in range(layout.n):
+            assert np.array_equal(rows[node], tree_ref[node]), (threads, "tree", node)
+    finally:
+        torch.set_num_threads(before)
 
 
 def _random_tree(rng: random.Random, likely: list[int], size: int) -> tuple[list[int], list[int]]:
