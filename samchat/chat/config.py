@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,38 +146,7 @@ def load_config(path: Path | None = None) -> Config:
     return from_toml_dict(data)
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        # JSON string escapes are a subset of TOML basic-string escapes.
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {type(value).__name__} to TOML")
-
-
-def _toml_key(key: str) -> str:
-    bare = key.replace("_", "").replace("-", "").isalnum() and key.isascii()
-    return key if bare else json.dumps(key)
-
-
-def dumps_toml(data: dict[str, Any]) -> str:
-    """TOML for our flat layout: top-level scalars, then one level of tables of scalars (and
-    arrays of them)."""
-    scalars = {k: v for k, v in data.items() if not isinstance(v, dict)}
-    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in scalars.items()]
-    for name, table in data.items():
-        if isinstance(table, dict):
-            lines.append("")
-            lines.append(f"[{_toml_key(name)}]")
-            lines.extend(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items())
-    return "\n".join(lines) + "\n"
-
-
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     return list(value) if isinstance(value, tuple) else value
 
 
@@ -187,8 +155,8 @@ class Changes:
     """What the user changed since the file was read: top-level values set, and per table the
     keys set and the keys removed (a knob unset, a key binding dropped)."""
 
-    values: dict[str, Any]
-    tables: dict[str, tuple[dict[str, Any], tuple[str, ...]]]
+    values: dict[str, object]
+    tables: dict[str, tuple[dict[str, object], tuple[str, ...]]]
 
     def __bool__(self) -> bool:
         return bool(self.values or self.tables)
@@ -198,8 +166,8 @@ def changes(cfg: Config, since: Config) -> Changes:
     """The settings of `cfg` that differ from `since` (the config as read): only these are
     written, so a default or a resolved choice never lands in the user's file."""
     now, before = cfg.to_toml_dict(), since.to_toml_dict()
-    values: dict[str, Any] = {}
-    tables: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {}
+    values: dict[str, object] = {}
+    tables: dict[str, tuple[dict[str, object], tuple[str, ...]]] = {}
     for key, value in now.items():
         old = before.get(key)
         if not isinstance(value, dict):

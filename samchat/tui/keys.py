@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from functools import partial
-from typing import Any
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
@@ -67,7 +66,7 @@ def app_bindings() -> list[BindingType]:
 
 
 def palette_commands(
-    app: App[Any], chat: DOMNode, keymap: Mapping[str, str]
+    app: App[None], chat: DOMNode, keymap: Mapping[str, str]
 ) -> Iterable[SystemCommand]:
     """Every action in the command palette, with the key it has now (the user's keymap)."""
     for action, key, desc, _ in ACTIONS:

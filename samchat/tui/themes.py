@@ -98,7 +98,7 @@ def load_themes(dirs: list[Path] | None = None) -> tuple[list[Theme], list[str]]
     return list(by_name.values()), problems
 
 
-def install_themes(app: App[Any], name: str, dirs: list[Path] | None = None) -> list[str]:
+def install_themes(app: App[None], name: str, dirs: list[Path] | None = None) -> list[str]:
     """Registers the bundled and user themes with app and selects `name` (else the default);
     returns the problems to tell the user (a bad theme file, an unknown name)."""
     themes, problems = load_themes(dirs)

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomlkit
 from textual.widgets import Input, Label, Select, Switch
 from tui_helpers import wait_for
 
 from samchat.chat.config import (
     Config,
     ConfigError,
-    dumps_toml,
     load_config,
     save_config,
 )
@@ -76,7 +76,7 @@ def bad_values(k: Knob) -> list[Any]:
 
 def write_config(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dumps_toml(data), encoding="utf-8")
+    path.write_text(tomlkit.dumps(data), encoding="utf-8")
 
 
 def test_the_config_holds_every_knob_with_its_declared_default() -> None:

@@ -23,7 +23,7 @@ Error = Callable[[BaseException | str, str], None]  # the host's notice of an er
 
 
 def rename_chat(
-    app: App[Any], data: Store, chat_id: int, error: Error, renamed: Callable[[str], None]
+    app: App[object], data: Store, chat_id: int, error: Error, renamed: Callable[[str], None]
 ) -> None:
     def done(title: str | None) -> None:
         if not title or not title.strip():
@@ -39,7 +39,7 @@ def rename_chat(
 
 
 def delete_chat(
-    app: App[Any],
+    app: App[object],
     data: Store,
     chat_id: int,
     error: Error,
@@ -59,7 +59,7 @@ def delete_chat(
     app.push_screen(ConfirmScreen(f"Delete the chat “{title}” and all its messages?"), done)
 
 
-def system_prompt(app: App[Any], data: Store, chat: Chat, error: Error) -> None:
+def system_prompt(app: App[object], data: Store, chat: Chat, error: Error) -> None:
     def done(text: str | None) -> None:
         if text is None:
             return
@@ -76,7 +76,7 @@ def system_prompt(app: App[Any], data: Store, chat: Chat, error: Error) -> None:
 
 
 def edit_message(
-    app: App[Any],
+    app: App[object],
     service: ChatService,
     original: MessageRow,
     model: Callable[[], str],
@@ -104,7 +104,7 @@ def edit_message(
 
 
 def import_documents(
-    app: App[Any], data: Store, imported: Callable[[], None], use_in_chat: Callable[[], None]
+    app: App[object], data: Store, imported: Callable[[], None], use_in_chat: Callable[[], None]
 ) -> None:
     store_path = data.path
 
@@ -115,7 +115,7 @@ def import_documents(
 
 
 def chat_documents(
-    app: App[Any],
+    app: App[object],
     by_chat: dict[int | None, ChatDocuments],
     chat_id: int | None,
     changed: Callable[[], None],
