@@ -42,7 +42,9 @@ from samchat.tui.worker_messages import (
 if TYPE_CHECKING:
     from samchat.chat.generator import Replies
     from samchat.chat.opening import Model
+    from samchat.corpus.indexing import BackgroundIndexer
     from samchat.decoding.params import DecodingConfig, SamplingParams
+    from samchat.engines.costs.curve import CostCurve
     from samchat.store import Store
 
 
@@ -64,7 +66,7 @@ class SamchatApp(App[None]):
         spec: ModelSpec | None = None,
         autoload_model: bool = True,
         theme_dirs: list[Path] | None = None,
-        cost_curve: Any = None,
+        cost_curve: CostCurve | None = None,
         cache_dir: Path | None = None,
     ) -> None:
         """spec: the model to load, as the command line and config.toml give it
@@ -81,7 +83,7 @@ class SamchatApp(App[None]):
         self.data_state = DataState.NONE
         self.lm: Model | None = lm
         self.generator: Replies | None = None
-        self.indexer: Any = None  # BackgroundIndexer of the loaded model's tokenizer
+        self.indexer: BackgroundIndexer | None = None  # the loaded model's static index
         # The model to load as the user named it (engine and format may be left to auto, and
         # are resolved at each load), then the one the user picked: the model screen starts
         # from it.
@@ -165,7 +167,8 @@ class SamchatApp(App[None]):
         self.open_data()
         if self.lm is not None:
             indexer = self.indexer or self._make_indexer(self.lm)
-            self._adopt_model(self.lm, self._generator(self.lm, self.cfg.decoding, indexer))
+            generator = self._generator(self.lm, self.cfg.decoding, indexer)
+            self._adopt_model(self.lm, generator, indexer)
         elif self.autoload_model:
             self.start_model_load(self.spec, picked=False)
 
@@ -240,7 +243,7 @@ class SamchatApp(App[None]):
 
     @guarded
     def on_model_loaded(self, msg: ModelLoaded) -> None:
-        self._adopt_model(msg.lm, msg.generator)
+        self._adopt_model(msg.lm, msg.generator, msg.indexer)
         self.notify(f"model {msg.lm.name} ready", timeout=3)
         if msg.warning:
             self.error(msg.warning, "Decoder")
@@ -257,23 +260,27 @@ class SamchatApp(App[None]):
         self.error(msg.error, "Model")
         self.chat.update_status()
 
-    def _adopt_model(self, lm: Model, generator: Replies) -> None:
-        if self.indexer is not None and self.indexer is not generator.indexer:
+    def _adopt_model(
+        self, lm: Model, generator: Replies, indexer: BackgroundIndexer | None
+    ) -> None:
+        if self.indexer is not None and self.indexer is not indexer:
             self.indexer.stop(timeout=2)
         self.lm = lm
         self.generator = generator
-        self.indexer = generator.indexer
+        self.indexer = indexer
         self.model_state = ModelState.READY
         self.chat.model_ready()
 
-    def _generator(self, lm: Model, decoding: DecodingConfig, indexer: Any) -> Replies:
+    def _generator(
+        self, lm: Model, decoding: DecodingConfig, indexer: BackgroundIndexer | None
+    ) -> Replies:
         """Replies of lm drafting on the kept cost curve (the first reply of a model whose
         curve is not kept yet decodes plainly, and the machine is timed after it)."""
         return make_generator(
             lm, decoding, indexer, self.cost_curve, self.cache_dir, measure_first=False
         )
 
-    def _make_indexer(self, lm: Model) -> Any:
+    def _make_indexer(self, lm: Model) -> BackgroundIndexer | None:
         db_path = self.data.path if self.data is not None else None
         return model_loading.start_static_indexer(self.post_message, lm, db_path)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from samchat.chat.documents import start_indexer
 from samchat.chat.generator import make_generator
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from textual.message import Message
 
     from samchat.chat.opening import Model
+    from samchat.corpus.indexing import BackgroundIndexer
     from samchat.decoding.params import DecodingConfig
     from samchat.engines.costs.curve import CostCurve
     from samchat.models.loader import ModelSpec
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 Post = Callable[["Message"], object]
 
 
-def start_static_indexer(post: Post, lm: Model, db_path: Path | None) -> Any:
+def start_static_indexer(post: Post, lm: Model, db_path: Path | None) -> BackgroundIndexer | None:
     """Keeps the static index in step with the store (own thread, own connection); None when
     there is no store or it cannot start (decoding works without it)."""
     if db_path is None:
@@ -90,4 +91,4 @@ def load(
         generator.prepare()
     except Exception as exc:  # the next reply reports it again; the model itself is fine
         warning = f"decoder setup failed: {exc}"
-    post(ModelLoaded(lm, generator, spec, picked, warning))
+    post(ModelLoaded(lm, generator, indexer, spec, picked, warning))

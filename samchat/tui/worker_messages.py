@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from samchat.chat.generator import Replies
     from samchat.chat.opening import Model
     from samchat.chat.service import PendingReply, ReplyRecord
+    from samchat.corpus.indexing import BackgroundIndexer
     from samchat.corpus.retrieval import Fitted
     from samchat.models.loader import ModelSpec
 
@@ -72,6 +73,7 @@ class ModelProgress(Message):
 class ModelLoaded(Message):
     lm: Model
     generator: Replies
+    indexer: BackgroundIndexer | None  # its static index, kept in step with the store
     spec: ModelSpec  # what was asked for (the model screen opens on it)
     picked: bool  # on the model screen: config.toml keeps it
     warning: str

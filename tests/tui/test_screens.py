@@ -481,7 +481,7 @@ async def test_model_options_of_the_command_line_survive_a_model_switch(
         loaded.append(spec)
         raise SamchatError("not loading models in this test")
 
-    monkeypatch.setattr("samchat.tui.app.open_model", open_model)
+    monkeypatch.setattr("samchat.tui.model_loading.open_model", open_model)
     # config.toml names a model, device and engine: the command line's device wins, even when
     # it is "auto"; its model and engine fill what the command line leaves out.
     config_file = Path(os.environ["SAMCHAT_CONFIG_DIR"]) / "config.toml"
