@@ -153,11 +153,17 @@ def gguf_lm() -> Iterator[object]:
 
 
 def _leaked(before: set[threading.Thread]) -> list[threading.Thread]:
-    """Threads a test left running: any new non-daemon thread, and samchat's own workers."""
+    """Threads a test left running: any new non-daemon thread, and samchat's own workers (but
+    the process's engine thread, which lives as long as the process by design)."""
+    from samchat.engines.engine_thread import ENGINE_THREAD
+
     return [
         t
         for t in threading.enumerate()
-        if t not in before and t.is_alive() and (not t.daemon or t.name.startswith("samchat-"))
+        if t not in before
+        and t.is_alive()
+        and (not t.daemon or t.name.startswith("samchat-"))
+        and t.name != ENGINE_THREAD.name
     ]
 
 

@@ -59,7 +59,6 @@ def register_bench(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from samchat import paths
     from samchat.chat.config import load_config
-    from samchat.chat.opening import open_model
     from samchat.engines.cpu import cpu_name
     from samchat.models.engine_choice import preferred
     from samchat.tui.bench import run_bench, summary, write_json
@@ -76,12 +75,12 @@ def run(args: argparse.Namespace) -> int:
     # The engine and format the app takes (measured fastest here, where left to auto); ask
     # is told the same explicitly, so both decode on one engine.
     spec = preferred(spec_from_args(args, load_config()), paths.cache_dir())
-    lm = open_model(spec, say, {}, None)
     questions = list(args.question or QUESTIONS)
     runs = run_bench(
-        spec, lm, questions, methods, args.max_new_tokens, args.rounds, paths.cache_dir(), say
+        spec, questions, methods, args.max_new_tokens, args.rounds, paths.cache_dir(), say
     )
-    print(f"app against samchat ask, {cpu_name()}, {lm.engine}/{lm.dtype}, {len(questions)} q")
+    label = spec.engine if spec.dtype == "auto" else f"{spec.engine}/{spec.dtype}"
+    print(f"app against samchat ask, {cpu_name()}, {label}, {len(questions)} questions")
     head = "| method | cli tok/s | app tok/s | app/cli | MAT cli | MAT app | live off | identical |"
     print(head)
     print("|---|---:|---:|---:|---:|---:|---:|---:|")

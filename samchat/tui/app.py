@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -19,6 +20,7 @@ from textual.worker import get_current_worker
 from samchat.chat.config import Config, UserSettings
 from samchat.chat.generator import make_generator
 from samchat.chat.service import ChatService
+from samchat.engines.engine_thread import ENGINE_THREAD
 from samchat.errors import SamchatError
 from samchat.models.default import DEFAULT_MODEL_NAME
 from samchat.models.loader import ModelSpec
@@ -223,18 +225,22 @@ class SamchatApp(App[None]):
 
     @work(thread=True, exclusive=True, group="model", exit_on_error=False)
     def load_model_worker(self, spec: ModelSpec, picked: bool, decoding: DecodingConfig) -> None:
+        """On the process's engine thread, where replies decode (engine_thread.py says why)."""
         worker = get_current_worker()
-        model_loading.load(
-            self.post_message,
-            spec,
-            picked,
-            decoding,
-            cache_dir=self.cache_dir,
-            cost_curve=self.cost_curve,
-            endpoints=self.cfg.endpoints,
-            recent=self.recent_models,
-            db_path=self.data.path if self.data is not None else None,
-            cancelled=lambda: worker.is_cancelled,
+        ENGINE_THREAD.run(
+            partial(
+                model_loading.load,
+                self.post_message,
+                spec,
+                picked,
+                decoding,
+                cache_dir=self.cache_dir,
+                cost_curve=self.cost_curve,
+                endpoints=self.cfg.endpoints,
+                recent=self.recent_models,
+                db_path=self.data.path if self.data is not None else None,
+                cancelled=lambda: worker.is_cancelled,
+            )
         )
 
     def on_model_progress(self, msg: ModelProgress) -> None:

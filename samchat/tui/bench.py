@@ -15,16 +15,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from samchat.chat.config import Config
+from samchat.engines.engine_thread import ENGINE_THREAD
 from samchat.errors import SamchatError
 from samchat.models.loader import ModelSpec
 from samchat.names import Method
-
-if TYPE_CHECKING:
-    from samchat.chat.opening import Model
 
 REPLY_TIMEOUT_S = 600.0
 
@@ -86,7 +84,10 @@ def ask_once(
         *_spec_args(spec),
     ]
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=REPLY_TIMEOUT_S)
+    # Started from the engine thread: the process gets its priority, not the UI thread's.
+    done = ENGINE_THREAD.run(
+        partial(subprocess.run, cmd, capture_output=True, text=True, timeout=REPLY_TIMEOUT_S)
+    )
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -116,7 +117,7 @@ def _cli_run(
 
 
 async def _app_runs(
-    lm: Model,
+    spec: ModelSpec,
     questions: list[str],
     method: Method,
     max_new: int,
@@ -124,15 +125,20 @@ async def _app_runs(
     rnd: int,
     cache_dir: Path,
 ) -> list[Run]:
-    """Each question in a new chat of the real app, one after the other."""
+    """Each question in a new chat of the real app, which loads spec's model as it does at
+    start-up (on the engine measured fastest here, where spec leaves it to auto), its UI thread
+    giving way to the engine as `samchat` sets it."""
     from samchat.tui.app import SamchatApp
+    from samchat.tui.launch import give_way_to_engine
+
+    give_way_to_engine()
 
     cfg = Config()
     cfg.decoding.method = method
     cfg.sampling.max_new_tokens = max_new
     cfg.sampling.temperature = 0.0
     app = SamchatApp(
-        lm=lm,
+        spec=spec,
         config=cfg,
         config_path=work / "app-config" / "config.toml",
         db_path=work / "app-data" / "samchat.db",
@@ -140,6 +146,11 @@ async def _app_runs(
     )
     runs: list[Run] = []
     async with app.run_test(size=(120, 40)) as pilot:
+        end = time.perf_counter() + REPLY_TIMEOUT_S
+        while app.model_state != "ready":
+            if app.model_state == "failed" or time.perf_counter() > end:
+                raise SamchatError(f"the app could not load the model ({app.model_state})")
+            await asyncio.sleep(0.05)
         for q, question in enumerate(questions):
             await app.chat.action_new_chat()
             await pilot.pause()
@@ -152,7 +163,7 @@ async def _app_runs(
             while app.chat.replies_finished == done:
                 if time.perf_counter() > end:
                     raise SamchatError(f"the app gave no reply in {REPLY_TIMEOUT_S:.0f} s")
-                await asyncio.sleep(0.02)
+                await asyncio.sleep(0.05)
             wall = time.perf_counter() - t0
             live = app.chat.conversation.replies.last_live
             view = app.chat.chat_view.views()[-1]
@@ -181,7 +192,6 @@ async def _app_runs(
 
 def run_bench(
     spec: ModelSpec,
-    lm: Model,
     questions: list[str],
     methods: list[Method],
     max_new: int,
@@ -204,7 +214,7 @@ def run_bench(
                     say(f"{method}, round {rnd + 1}/{rounds}: {front}")
                     if front == "app":
                         runs += asyncio.run(
-                            _app_runs(lm, questions, method, max_new, work, rnd, cache_dir)
+                            _app_runs(spec, questions, method, max_new, work, rnd, cache_dir)
                         )
                     else:
                         for q, question in enumerate(questions):

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from samchat.tui.app import SamchatApp
 
+UI_NICE = 19  # the UI thread's niceness: it draws with what the engine leaves of the cores
+
 
 def app_from_args(args: argparse.Namespace) -> SamchatApp:
     """The app, with the model the command line names (config.toml's fills the rest)."""
@@ -26,6 +28,23 @@ def app_from_args(args: argparse.Namespace) -> SamchatApp:
     return SamchatApp(spec=spec, config=config, db_path=db_path, cache_dir=paths.cache_dir())
 
 
+def give_way_to_engine() -> None:
+    """Starts the engine thread at this thread's priority, then lowers this (the UI's) thread's:
+    where the engine's threads fill every core, drawing the app otherwise takes turns with them
+    and stalls each parallel step (docs/benchmarks.md); the UI still gets the cores they leave."""
+    import os
+    import threading
+
+    from samchat.engines.engine_thread import ENGINE_THREAD
+
+    ENGINE_THREAD.start()
+    if hasattr(os, "setpriority"):
+        with contextlib.suppress(OSError):  # a platform that does not set it per thread
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), UI_NICE)
+
+
 def run_tui(args: argparse.Namespace) -> int:
-    app_from_args(args).run()
+    app = app_from_args(args)
+    give_way_to_engine()
+    app.run()
     return 0

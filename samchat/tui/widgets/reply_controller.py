@@ -9,6 +9,7 @@ import dataclasses
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from textual import work
@@ -19,6 +20,7 @@ from textual.worker import get_current_worker
 
 from samchat.chat.live_stats import LiveStats
 from samchat.chat.service import PendingReply, ReplyRecord
+from samchat.engines.engine_thread import ENGINE_THREAD
 from samchat.errors import SamchatError
 from samchat.tui.guard import guarded
 from samchat.tui.reply_stream import stream_to
@@ -41,8 +43,8 @@ if TYPE_CHECKING:
     from samchat.tui.widgets.stats_bar import StatsBar
 
 # How often a streaming reply is shown: a frame's tokens in one update, so the UI's work stays
-# a few updates a second whatever the engine's speed (on two cores it competes with the engine).
-FRAME_S = 1 / 20
+# ten updates a second whatever the engine's speed (on two cores it competes with the engine).
+FRAME_S = 0.1
 
 
 class Thread(Protocol):
@@ -159,16 +161,20 @@ class ReplyController(Widget):
 
     @work(thread=True, group="reply", exit_on_error=False)
     def run_reply(self, job: ReplyJob, gen: Replies, sampling: SamplingParams) -> None:
-        """The chat service's stream, posted back to this widget."""
+        """The chat service's stream, posted back to this widget; decoded on the process's
+        engine thread, where the model was loaded (engine_thread.py says why)."""
         worker = get_current_worker()
         self.timing_stop.clear()
-        stream_to(
-            self.post_message,
-            job,
-            gen,
-            sampling,
-            lambda: worker.is_cancelled,
-            lambda: worker.is_cancelled or self.timing_stop.is_set(),
+        ENGINE_THREAD.run(
+            partial(
+                stream_to,
+                self.post_message,
+                job,
+                gen,
+                sampling,
+                lambda: worker.is_cancelled,
+                lambda: worker.is_cancelled or self.timing_stop.is_set(),
+            )
         )
 
     async def _show_frame(self) -> None:
