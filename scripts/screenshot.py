@@ -9,6 +9,7 @@ part of the package: nothing in samchat needs it, and it loads a model from insi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
 import tempfile
@@ -29,7 +30,7 @@ async def _render(out: Path, size: tuple[int, int]) -> None:
 
     lm = load_model()
     cfg = Config()
-    cfg.sampling.max_new_tokens = 96
+    cfg.sampling = dataclasses.replace(cfg.sampling, max_new_tokens=96)
     # The default cost curve: the picture does not need this machine timed first.
     app = SamchatApp(lm=lm, config=cfg, cost_curve=CostCurve.default(lm.device_type))
     async with app.run_test(size=size) as pilot:

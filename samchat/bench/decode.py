@@ -15,6 +15,7 @@ baselines.py runs each engine's own prompt lookup, report.py turns the runs into
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import tempfile
@@ -349,13 +350,13 @@ class DecodeBench:
         """One short untimed reply per method: loads lazy parts and measures the cost curve
         (cached per model and device) before anything is timed."""
         probe = Question("probe", "probe", ("Say hello.",))
-        saved = self.params.max_new_tokens
-        self.params.max_new_tokens = 4
+        saved = self.params
+        self.params = dataclasses.replace(saved, max_new_tokens=4)
         try:
             for method in self.methods:
                 self._ask(method, probe, grow_index=False)
         finally:
-            self.params.max_new_tokens = saved
+            self.params = saved
 
     def warm_chatters(self) -> list[str]:
         """The sessions that chat through the warm-up, one per static index: a sam+tr one

@@ -368,6 +368,8 @@ def _open_index(store: Store, lm: LoadedModel | RemoteModel) -> IndexManager | N
     """The static index of this model's tokenizer, synced with the store; None if unusable."""
     from samchat.corpus.indexing import IndexManager, tokenizer_codec
 
+    if lm.tokenizer is None:
+        return None
     encode, separator = tokenizer_codec(lm.tokenizer)
     manager = IndexManager(store, lm.fingerprint, encode, separator, model=lm.name)
     try:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from samchat.errors import IndexCorruptError, SamchatError
 from samchat.store import Store
+from samchat.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
     from samchat.sam import MultiCursor
@@ -37,7 +38,7 @@ def index_root(store: Store) -> Path:
     return root
 
 
-def tokenizer_codec(tokenizer: Any) -> tuple[Encode, int]:
+def tokenizer_codec(tokenizer: Tokenizer) -> tuple[Encode, int]:
     """How the index tokenizes text with a Hugging Face tokenizer, and its separator token."""
 
     separator = tokenizer.eos_token_id

@@ -24,9 +24,9 @@ from samchat.names import METHODS as METHODS  # re-exported: where the knob list
 from samchat.names import Method
 
 
-@dataclass
+@dataclass(frozen=True)
 class SamplingParams:
-    """The knobs of one reply; ChatSession.generate() validates them."""
+    """The knobs of one reply: frozen, and validated once, when made (KnobError, one line)."""
 
     SECTION: ClassVar[str] = "sampling"
 
@@ -41,6 +41,9 @@ class SamplingParams:
         None, "fixed sampling seed (unset = random)", minimum=0, maximum=2**64 - 1
     )
     stop: tuple[str, ...] = knob((), "the reply ends before the first of these strings")
+
+    def __post_init__(self) -> None:
+        validate_knobs(self)
 
     def validate(self) -> None:
         """KnobError (a SamchatError, one line) for the first bad value."""

@@ -4,13 +4,13 @@ baselines render it), and how much of it a cache or an automaton already holds."
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from samchat.errors import SamchatError
 from samchat.messages import Message
+from samchat.tokenizer import Tokenizer
 
 
-def render_prompt(tokenizer: Any, messages: list[Message]) -> list[int]:
+def render_prompt(tokenizer: Tokenizer, messages: list[Message]) -> list[int]:
     """Token ids of the chat template for messages, with the assistant prompt appended."""
     try:
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)

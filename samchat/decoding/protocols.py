@@ -7,32 +7,16 @@ the Drafter interface every draft source (the automata, Token Recycling) offers 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from samchat.decoding.tree import DraftTree
 from samchat.engines.base import EngineModel
 from samchat.names import DrafterName
+from samchat.tokenizer import Tokenizer as Tokenizer  # re-exported: a session's tokenizer
 
 if TYPE_CHECKING:
-    from samchat.messages import Message
     from samchat.sam import MultiCursor
-
-
-class Tokenizer(Protocol):
-    """What samchat reads of a tokenizer: transformers' or its own kept one
-    (samchat.models.tokenizer_cache)."""
-
-    def __call__(self, text: str, add_special_tokens: bool = ...) -> Mapping[str, Any]: ...
-
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
-
-    def apply_chat_template(
-        self,
-        messages: Sequence[Message],
-        add_generation_prompt: bool = ...,
-        tokenize: bool = ...,
-    ) -> Any: ...  # the rendered text (tokenize=False, as samchat asks)
 
 
 class SessionModel(EngineModel, Protocol):

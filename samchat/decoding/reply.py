@@ -4,12 +4,13 @@ the counters ReplyStats reports and why the reply ended."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from samchat.decoding.events import ReplyDone, ReplyStats, TextDelta
 from samchat.decoding.params import SamplingParams
 from samchat.decoding.provenance import AttributedText
 from samchat.decoding.textstream import IncrementalDetokenizer, StopMatcher
+from samchat.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
     import threading
@@ -52,7 +53,7 @@ class Reply:
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         params: SamplingParams,
         sampler: Sampler,
         prompt: list[int],

@@ -193,7 +193,6 @@ class ChatSession:
         long prompt is read, then TextDelta and StepStats events, then one ReplyDone. `cancel`
         set ends it, also while the prompt is read."""
         params = params or SamplingParams()
-        params.validate()
         t_start = time.perf_counter()
         prompt, notice, drafting = self._plan_reply(messages, params)
         reused = self._reader.keep_prefix(prompt)

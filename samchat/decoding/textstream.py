@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from samchat.tokenizer import Tokenizer
 
 
 class IncrementalDetokenizer:
@@ -13,7 +13,7 @@ class IncrementalDetokenizer:
     the new ones; a trailing U+FFFD (an unfinished character) waits for more tokens.
     """
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Tokenizer) -> None:
         self._tok = tokenizer
         self.ids: list[int] = []
         self._prefix = 0  # start of the window re-decoded for context

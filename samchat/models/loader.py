@@ -8,7 +8,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from samchat.engines.costs.cache import CurveMemo
 from samchat.engines.registry import (
@@ -44,9 +43,7 @@ from samchat.models.tokenizer_cache import (
 from samchat.names import StepMode
 from samchat.paths import model_cache_dir
 from samchat.sources import is_remote
-
-if TYPE_CHECKING:
-    from samchat.decoding.protocols import Tokenizer
+from samchat.tokenizer import Tokenizer
 
 Progress = Callable[[str], None]
 
@@ -215,7 +212,7 @@ def keep_bundled_tokenizer() -> Path:
     return target
 
 
-def _chat_tokenizer(where: ModelFiles, spec: ModelSpec, say: Progress) -> Any:
+def _chat_tokenizer(where: ModelFiles, spec: ModelSpec, say: Progress) -> Tokenizer:
     """The tokenizer, which must carry a chat template (both engines render prompts with it)."""
     say(f"loading tokenizer of {where.name}")
     tokenizer = load_tokenizer_files(where, spec.source, spec.trust_remote_code)
@@ -239,7 +236,7 @@ def _refuse_remote(spec: ModelSpec) -> None:
         )
 
 
-def load_tokenizer(spec: ModelSpec | None = None) -> tuple[Any, str]:
+def load_tokenizer(spec: ModelSpec | None = None) -> tuple[Tokenizer, str]:
     """The tokenizer alone (fast): for indexing documents without loading weights."""
     spec = spec or ModelSpec()
     _refuse_remote(spec)

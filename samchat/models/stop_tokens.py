@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from samchat.models.gguf_header import Strings, read_metadata
+from samchat.tokenizer import Tokenizer
 
 _TOKENS = "tokenizer.ggml.tokens"
 # Ids the metadata names that llama.cpp ends generation on (llama-vocab.cpp): end of sequence,
@@ -85,7 +85,7 @@ def gguf_stop_ids(gguf: Path) -> tuple[int, ...]:
     return (*first, *sorted(ids - set(first)))
 
 
-def stop_ids(gguf: Path | None, tokenizer: Any, declared: Sequence[int]) -> tuple[int, ...]:
+def stop_ids(gguf: Path | None, tokenizer: Tokenizer, declared: Sequence[int]) -> tuple[int, ...]:
     """The ids a model stops on: for a GGUF model (gguf: its file, whichever engine runs it)
     llama.cpp's rule; otherwise the ids its weights declare (a Hugging Face generation
     config), then the tokenizer's end-of-sequence id. Each id once, in that order."""

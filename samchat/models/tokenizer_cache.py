@@ -27,6 +27,7 @@ from samchat.errors import ModelLoadError, one_line
 from samchat.messages import Message
 from samchat.models.gguf_header import conversion_key, metadata_digest
 from samchat.paths import model_cache_dir
+from samchat.tokenizer import Tokenizer
 
 # The named special tokens, in transformers' order (SPECIAL_TOKENS_ATTRIBUTES).
 SPECIAL_KEYS = (
@@ -221,7 +222,7 @@ class KeptTokenizer:
         return text
 
 
-def tokenizer_fingerprint(tokenizer: Any) -> str:
+def tokenizer_fingerprint(tokenizer: Tokenizer) -> str:
     """A stable hash of the vocabulary and special tokens: it keys the static index."""
     vocab = tokenizer.get_vocab()
     digest = hashlib.sha256()
@@ -241,7 +242,9 @@ def tokenizer_cache(gguf: Path) -> Path:
     return model_cache_dir() / f"tokenizer-{safe}-{key}"
 
 
-def load_tokenizer_files(where: ModelFiles, source: str | None, trust_remote_code: bool) -> Any:
+def load_tokenizer_files(
+    where: ModelFiles, source: str | None, trust_remote_code: bool
+) -> Tokenizer:
     """The tokenizer of the model files found for `source`. A GGUF file's is converted from its
     vocabulary once (seconds, by transformers) and kept in the model cache, from where it loads
     in milliseconds without transformers (KeptTokenizer)."""
@@ -266,7 +269,8 @@ def load_tokenizer_files(where: ModelFiles, source: str | None, trust_remote_cod
 
     if cached is not None and cached.is_dir():
         try:
-            return AutoTokenizer.from_pretrained(cached, local_files_only=True)
+            converted: Tokenizer = AutoTokenizer.from_pretrained(cached, local_files_only=True)
+            return converted
         except Exception:  # a damaged copy is converted again
             shutil.rmtree(cached, ignore_errors=True)
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
@@ -275,7 +279,7 @@ def load_tokenizer_files(where: ModelFiles, source: str | None, trust_remote_cod
     if where.local:
         kwargs["local_files_only"] = True
     try:
-        tokenizer = AutoTokenizer.from_pretrained(where.path, **kwargs)
+        tokenizer: Tokenizer = AutoTokenizer.from_pretrained(where.path, **kwargs)
     except Exception as exc:  # transformers raises many types; all mean "cannot load"
         raise ModelLoadError(
             f"could not load the tokenizer of {source or where.name}: {one_line(exc)}"
@@ -318,7 +322,7 @@ def read_kept(folder: Path) -> KeptTokenizer | None:
         return None
 
 
-def keep_tokenizer(tokenizer: Any, target: Path) -> None:
+def keep_tokenizer(tokenizer: Tokenizer, target: Path) -> None:
     """Save a converted tokenizer whole or not at all (a read-only cache converts every time)."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -100,8 +100,7 @@ class RemoteGenerator:
         """Stream the reply; `cancel` drops the connection at once, even while the server is
         silent. A stream the server breaks off keeps its text (finish reason "interrupted",
         with a notice)."""
-        params = sampling  # checked here: the server would take what samchat refuses
-        params.validate()
+        params = sampling  # checked when made: the server would take what samchat refuses
         if len(params.stop) > MAX_STOP:
             raise RemoteError(
                 f"the OpenAI API takes at most {MAX_STOP} stop strings and {len(params.stop)} "

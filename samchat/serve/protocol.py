@@ -10,7 +10,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from samchat.decoding.knobs import KnobError, from_mapping
 from samchat.decoding.params import SamplingParams
@@ -51,7 +51,7 @@ class ApiError(Exception):
         self.code = code
         self.kind = kind
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> ErrorBody:
         return {
             "error": {
                 "message": self.message,
@@ -62,6 +62,81 @@ class ApiError(Exception):
         }
 
 
+# A request's JSON object, as parsed: each field is checked where it is read.
+JsonObject = dict[str, object]
+
+
+class ErrorDetail(TypedDict):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorBody(TypedDict):
+    error: ErrorDetail
+
+
+class ModelEntry(TypedDict):
+    id: str
+    object: str
+    created: int
+    owned_by: str
+
+
+class TokenDetails(TypedDict):
+    cached_tokens: int
+
+
+class Usage(TypedDict):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: TokenDetails
+
+
+class Figures(TypedDict):
+    """samchat's own figures for a reply: the extra `samchat` field of a response."""
+
+    tokens_per_s: float
+    mat: float
+    speedup_est: float
+    accepted_by_drafter: dict[str, float]
+    method: str
+    reused_tokens: int
+    prompt_tokens: int
+    tokens: int
+    steps: int
+    prefill_s: float
+    ttft_s: float
+    decode_s: float
+    finish_reason: str
+    notice: NotRequired[str]
+    chat_id: NotRequired[int]
+
+
+class ReplyMessage(TypedDict):
+    role: str
+    content: str
+
+
+class Choice(TypedDict):
+    index: int
+    message: ReplyMessage
+    logprobs: None
+    finish_reason: str
+
+
+class Completion(TypedDict):
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    samchat: Figures
+
+
 @dataclass
 class ChatRequest:
     messages: list[Message]
@@ -70,14 +145,15 @@ class ChatRequest:
     include_usage: bool  # stream_options.include_usage: a last chunk with the usage
 
 
-def parse_json(body: bytes) -> dict[str, Any]:
+def parse_json(body: bytes) -> JsonObject:
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ApiError(400, "the request body must be a JSON object")
-    return data
+    out: JsonObject = data
+    return out
 
 
 def check_model(requested: object, loaded: str) -> None:
@@ -136,7 +212,7 @@ def parse_messages(raw: object) -> list[Message]:
     return out
 
 
-def _max_tokens(data: dict[str, Any], context_limit: int) -> tuple[str, Any]:
+def _max_tokens(data: JsonObject, context_limit: int) -> tuple[str, object]:
     for name in ("max_completion_tokens", "max_tokens"):
         value = data.get(name)
         if value is None:
@@ -152,7 +228,7 @@ def _max_tokens(data: dict[str, Any], context_limit: int) -> tuple[str, Any]:
     return "", None
 
 
-def parse_chat(data: dict[str, Any], context_limit: int) -> ChatRequest:
+def parse_chat(data: JsonObject, context_limit: int) -> ChatRequest:
     """The checked request, or ApiError (400/413) naming the bad field."""
     messages = parse_messages(data.get("messages"))
     if data.get("n") not in (None, 1):
@@ -165,7 +241,7 @@ def parse_chat(data: dict[str, Any], context_limit: int) -> ChatRequest:
         raise ApiError(400, "'stream_options' must be an object", param="stream_options")
     # OpenAI's names for SamplingParams' knobs; an absent or null field keeps the knob's default.
     tokens_name, tokens = _max_tokens(data, context_limit)
-    values: dict[str, Any] = {"max_new_tokens": tokens}
+    values: JsonObject = {"max_new_tokens": tokens}
     for name in ("temperature", "top_p", "top_k", "seed"):
         values[name] = data.get(name)
     stop = data.get("stop")
@@ -186,11 +262,11 @@ def completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex[:24]}"
 
 
-def model_entry(name: str) -> dict[str, Any]:
+def model_entry(name: str) -> ModelEntry:
     return {"id": name, "object": "model", "created": 0, "owned_by": "samchat"}
 
 
-def usage(done: ReplyDone) -> dict[str, Any]:
+def usage(done: ReplyDone) -> Usage:
     s = done.stats
     return {
         "prompt_tokens": s.prompt_tokens,
@@ -200,10 +276,10 @@ def usage(done: ReplyDone) -> dict[str, Any]:
     }
 
 
-def figures(done: ReplyDone, chat_id: int | None) -> dict[str, Any]:
+def figures(done: ReplyDone, chat_id: int | None) -> Figures:
     """samchat's own figures for a reply: the extra `samchat` field of a response."""
     s = done.stats
-    out: dict[str, Any] = {
+    out: Figures = {
         "tokens_per_s": round(s.tokens_per_s, 2),
         "mat": round(s.mat, 3),
         "speedup_est": round(s.speedup_est, 3),
@@ -225,7 +301,7 @@ def figures(done: ReplyDone, chat_id: int | None) -> dict[str, Any]:
     return out
 
 
-def completion(rid: str, model: str, done: ReplyDone, chat_id: int | None) -> dict[str, Any]:
+def completion(rid: str, model: str, done: ReplyDone, chat_id: int | None) -> Completion:
     return {
         "id": rid,
         "object": "chat.completion",

@@ -6,6 +6,7 @@ Exit codes (0 ok, 1 error, 2 usage, 130 interrupted), an unknown command naming 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import select
@@ -210,8 +211,8 @@ def test_saving_the_config_keeps_comments_and_unknown_keys(tmp_path: Path) -> No
     cfg = load_config(path)
     read = load_config(path)
     cfg.device = "cpu"
-    cfg.sampling.temperature = 0.3
-    cfg.sampling.seed = None  # random: TOML has no null, so the key goes
+    # seed None (random): TOML has no null, so the key goes
+    cfg.sampling = dataclasses.replace(cfg.sampling, temperature=0.3, seed=None)
     cfg.keymap = {"samchat.help": "f10"}
     save_config(cfg, read, path)
     text = path.read_text(encoding="utf-8")

@@ -73,3 +73,17 @@ def test_knobs_parse_typed_text() -> None:
         k["max_new_tokens"].parse("lots")
     assert caught.value.problem == "must be an integer >= 1, got 'lots'"
     assert str(caught.value) == "sampling.max_new_tokens must be an integer >= 1, got 'lots'"
+
+
+def test_sampling_params_are_frozen_and_checked_once_when_made() -> None:
+    """A reply's knobs are checked where they are made, and nothing changes them on the way to
+    the policy (a changed copy is dataclasses.replace, checked again)."""
+    import dataclasses
+
+    with pytest.raises(KnobError):
+        SamplingParams(top_p=1.5)
+    params = SamplingParams()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        params.temperature = 0.5  # type: ignore[misc]
+    with pytest.raises(KnobError):
+        dataclasses.replace(params, max_new_tokens=0)

@@ -5,6 +5,7 @@ keeps it, ctrl+r regenerates; a slow server never blocks the UI."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -40,8 +41,8 @@ async def send(pilot: Any, app: SamchatApp, text: str) -> None:
 
 def make_app(tmp_path: Path, config: Path, **kwargs: Any) -> SamchatApp:
     cfg = load_config(config)
-    cfg.sampling.max_new_tokens = kwargs.pop("max_new_tokens", 400)
-    cfg.sampling.temperature = 0.0
+    most = kwargs.pop("max_new_tokens", 400)
+    cfg.sampling = dataclasses.replace(cfg.sampling, max_new_tokens=most, temperature=0.0)
     return SamchatApp(
         db_path=tmp_path / "samchat.db",
         config=cfg,
@@ -102,7 +103,7 @@ async def _chat(tmp_path: Path, server: Server) -> None:
             assert app.chat.chat_view.views()[-1].content == stopped.content
 
         # ctrl+r: another reply to the same question, a sibling branch.
-        app.cfg.sampling.max_new_tokens = 8
+        app.cfg.sampling = dataclasses.replace(app.cfg.sampling, max_new_tokens=8)
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: app.chat.replies_finished == 2, 60)
         with Store.open(tmp_path / "samchat.db") as store:

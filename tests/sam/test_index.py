@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from sam_reference import longest_match
 
 import samchat.sam.index as index_module
+import samchat.sam.index_files as index_files_module
+import samchat.sam.index_writes as index_writes_module
 import samchat.sam.segments as segments_module
 from samchat.errors import IndexCorruptError, SamchatError
 from samchat.sam.index import MAX_SEGMENTS, StaticIndex
@@ -25,8 +27,8 @@ FP = "tokenizer-a"
 @pytest.fixture(autouse=True)
 def _both_backends(sam_mod: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every index test runs on the compiled core and on the pure one."""
-    monkeypatch.setattr(index_module, "impl", sam_mod)
-    monkeypatch.setattr(segments_module, "impl", sam_mod)
+    for module in (index_module, index_files_module, index_writes_module, segments_module):
+        monkeypatch.setattr(module, "impl", sam_mod)
 
 
 def live_text(docs: dict[str, list[int]]) -> list[int]:
@@ -356,7 +358,7 @@ def test_unwritable_places_give_one_line_errors(
     def disk_full(*args: object, **kwargs: object) -> int:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(index_module, "write_segment", disk_full)
+    monkeypatch.setattr(index_writes_module, "write_segment", disk_full)
     with pytest.raises(SamchatError, match="No space left on device"):
         index.flush()
     # Nothing was lost and the index still works: the tail keeps growing and flushes later.

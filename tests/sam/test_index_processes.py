@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from filelock import FileLock
 
-import samchat.sam.index as index_module
+import samchat.sam.index_files as index_files_module
 from samchat.sam.index import LOCK_FILE, MAX_SEGMENTS, StaticIndex
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,13 +100,13 @@ def test_refresh_sees_other_writers_and_is_cheap(
     assert b.refresh() is True
     assert b.document_ids() == {"x"} and drafts_from(b, tokens("x"))
     reads: list[Path] = []
-    real = index_module.read_manifest
+    real = index_files_module.read_manifest
 
     def counting(directory: Path, fingerprint: str, separator: int) -> Any:
         reads.append(directory)
         return real(directory, fingerprint, separator)
 
-    monkeypatch.setattr(index_module, "read_manifest", counting)
+    monkeypatch.setattr(index_files_module, "read_manifest", counting)
     assert b.refresh() is False
     assert reads == []  # unchanged: one stat, no read
     assert not (tmp_path / LOCK_FILE).exists()

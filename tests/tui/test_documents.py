@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,7 @@ async def test_a_reply_answers_from_a_retrieved_passage_and_names_it(
     (docs / "notes.md").write_text(f"# Kitchen notes\n\n{FACT}\n\n# Office\n\nRoom 4.\n")
     import_paths(store, [docs])
     cfg = fixed_config()
-    cfg.sampling.max_new_tokens = 40
+    cfg.sampling = dataclasses.replace(cfg.sampling, max_new_tokens=40)
     app = make_app(lm=default_lm, config=cfg, cost_curve=CostCurve.default(default_lm.device_type))
     async with app.run_test(size=(120, 40)) as pilot:
         app.chat.documents.retrieval = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import tomllib
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.model
 
 def config(max_new_tokens: int, method: str = "sam+tr") -> Any:
     cfg = fixed_config()
-    cfg.sampling.max_new_tokens = max_new_tokens
+    cfg.sampling = dataclasses.replace(cfg.sampling, max_new_tokens=max_new_tokens)
     cfg.decoding.method = method
     return cfg
 

@@ -67,7 +67,7 @@ async def test_tui_and_ask_store_the_same_record(
     assert saved == [ask_reply.id]
 
     cfg = fixed_config()
-    cfg.sampling.max_new_tokens = 24
+    cfg.sampling = dataclasses.replace(cfg.sampling, max_new_tokens=24)
     app = make_app(lm=default_lm, config=cfg, cost_curve=curve)
     async with app.run_test(size=(120, 36)) as pilot:
         app.chat.prompt.focus()

@@ -6,6 +6,7 @@ chats holds it, and a prompt is sent meanwhile: the reply has to stream and fini
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -56,7 +57,7 @@ async def test_a_reply_streams_while_the_indexer_is_busy(
 
     seed_chat(store, "Earlier", [("What is a suffix automaton?", "An index of substrings.")])
     cfg = fixed_config()
-    cfg.sampling.max_new_tokens = 12
+    cfg.sampling = dataclasses.replace(cfg.sampling, max_new_tokens=12)
     app = make_app(lm=default_lm, config=cfg, cost_curve=CostCurve.default(default_lm.device_type))
     async with app.run_test(size=(120, 36)) as pilot:
         indexer = app.indexer

@@ -383,7 +383,7 @@ def test_config_round_trip(tmp_path: Path) -> None:
         device="cpu",
         engine="llamacpp",
     )
-    cfg.sampling.temperature = 0.5
+    cfg.sampling = dataclasses.replace(cfg.sampling, temperature=0.5)
     cfg.documents = RetrievalRule(relevance=0.75, passages=3, tokens=800)
     path = save_config(cfg, Config(), tmp_path / "c.toml")
     again = load_config(path)
