@@ -7,6 +7,7 @@ just before the reply ended) are kept beside them, to check that what it shows i
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -135,8 +136,7 @@ async def _app_runs(
 
     cfg = Config()
     cfg.decoding.method = method
-    cfg.sampling.max_new_tokens = max_new
-    cfg.sampling.temperature = 0.0
+    cfg.sampling = dataclasses.replace(cfg.sampling, max_new_tokens=max_new, temperature=0.0)
     app = SamchatApp(
         spec=spec,
         config=cfg,

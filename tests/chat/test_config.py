@@ -4,6 +4,7 @@ format go together, and doctor names a pin slower than the engine measured faste
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -24,7 +25,7 @@ def test_no_change_writes_nothing_and_a_change_writes_only_its_key(tmp_path: Pat
     save_config(cfg, Config(), path)
     assert not path.exists()
     cfg.theme = "ember"
-    cfg.sampling.temperature = 0.3
+    cfg.sampling = dataclasses.replace(cfg.sampling, temperature=0.3)
     save_config(cfg, Config(), path)
     assert tomllib.loads(path.read_text(encoding="utf-8")) == {
         "theme": "ember",

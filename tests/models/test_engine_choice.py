@@ -6,6 +6,7 @@ are left to auto; choices made by the user stand."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -193,7 +194,7 @@ def _first_reply_drafts(cache: Path, tmp_path: Path, best: EngineSpeed) -> None:
     from samchat.tui.app import SamchatApp
 
     cfg = Config()
-    cfg.sampling.max_new_tokens = 24
+    cfg.sampling = dataclasses.replace(cfg.sampling, max_new_tokens=24)
     app = SamchatApp(
         db_path=tmp_path / "samchat.db",
         config=cfg,

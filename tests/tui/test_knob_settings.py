@@ -4,6 +4,7 @@ a bad value of each is a one-line ConfigError."""
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -126,7 +127,7 @@ def test_legacy_seed_minus_one_means_random(tmp_path: Path) -> None:
     path.write_text("[sampling]\nseed = -1\ntemperature = 0.7\n", encoding="utf-8")
     cfg = load_config(path)
     assert cfg.sampling.seed is None and cfg.sampling.temperature == 0.7
-    cfg.sampling.temperature = 0.5
+    cfg.sampling = dataclasses.replace(cfg.sampling, temperature=0.5)
     save_config(cfg, load_config(path), path)  # only what changed is written: seed stays as is
     assert tomllib.loads(path.read_text(encoding="utf-8"))["sampling"]["seed"] == -1
     assert load_config(path) == cfg
