@@ -69,6 +69,21 @@ def test_every_weight_is_what_llama_cpp_dequantizes(gguf_types: dict[str, Path])
             assert np.array_equal(got, want.reshape(got.shape)), (kind, t.name)
 
 
+def test_embedding_rows_are_what_llama_cpp_dequantizes(gguf_types: dict[str, Path]) -> None:
+    """The token embedding's rows as the forwards look them up (held in 8 bits per value, or
+    float32), whatever its type."""
+    import torch
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    ids = torch.tensor(_ids(64, 4))
+    for kind, path in gguf_types.items():
+        t = next(t for t in GGUFReader(path).tensors if t.name == "token_embd.weight")
+        want = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+        got = quant.Embedding.of(decode(t))(ids).numpy()
+        assert np.array_equal(got, want.reshape(VOCAB, -1)[ids.numpy()]), kind
+
+
 def test_the_tiles_hold_each_type_as_read(gguf_types: dict[str, Path]) -> None:
     """The narrowest tiles that hold a linear's own numbers: 4-bit for Q4_0, Q4_1 and Q4_K,
     8-bit for the others quantized, float for F16, BF16 and F32 (in their own type)."""
@@ -128,12 +143,17 @@ def _rows_exact(model: LeanModel) -> None:
         for i in range(k):
             assert np.array_equal(rows[i], steps[i]), (k, i)
     engine.crop(len(context))
-    parents = [-1, 0, 0, 1, 3, 3, 4, 2, 6, 6]
-    tokens = [path[0], path[1], 7, path[2], path[3], 9, path[4], 11, path[5], 13]
-    layout = TreeLayout(tokens[1:], [p - 1 for p in parents[1:]])
+    rng = random.Random(5)
+    parents = [-1] + [rng.randrange(i) for i in range(1, 12)]
+    tokens = _ids(len(parents), 6)
+    layout = TreeLayout(tokens[1:], [p - 1 for p in parents[1:]])  # drafts after the root
     rows = engine.forward(tokens, layout)
-    for node, depth in ((0, 0), (1, 1), (3, 2), (4, 3), (6, 4), (8, 5)):
-        assert np.array_equal(rows[node], steps[depth]), node
+    for node in range(len(tokens)):
+        chain, at = [], node
+        while at >= 0:
+            chain.append(tokens[at])
+            at = parents[at]
+        assert np.array_equal(rows[node], _steps(engine, context, chain[::-1])[-1]), node
 
 
 def test_rows_are_exact_at_every_row_count_for_every_type(
