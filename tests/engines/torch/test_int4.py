@@ -308,6 +308,23 @@ def test_second_start_maps_the_kept_weights(tmp_path: Path, monkeypatch: Any) ->
     assert any("capability" in s for s in said)
 
 
+def test_requantizing_is_asked_for_and_named(tmp_path: Path) -> None:
+    """--dtype int4 holds the file's own numbers (the bundled Q4_1 and Q8_0); int4-requantized
+    quantizes every linear to 4 bits and is named so wherever the dtype is shown."""
+    from samchat.engines.torch.native.forward import TORCH_INT8
+    from samchat.engines.torch.quant import TILES4, TILES8
+
+    own = load_model(ModelSpec(engine="torch", dtype="int4"))
+    assert own.dtype == "int4" and "Q4_1, Q8_0 as in the file" in own.model.about
+    asked = load_model(ModelSpec(engine="torch", dtype="int4-requantized"))
+    assert asked.dtype == "int4 (requantized)"
+    assert asked.model.native is not None and own.model.native is not None
+    assert (
+        set(asked.model.native.kinds[:-1]) == {TILES4} and TORCH_INT8 not in own.model.native.kinds
+    )
+    assert own.model.native.kinds[-1] == TILES8  # the tied Q8_0 output projection, as it is
+
+
 def test_bad_requests_are_one_line_errors() -> None:
     with pytest.raises(ModelLoadError, match="runs on the CPU"):
         load_model(ModelSpec(dtype="int4", device="cuda"))
