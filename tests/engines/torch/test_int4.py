@@ -87,8 +87,8 @@ def test_packed_linears_compute_the_dequantized_weights(gguf_tensors: dict[str, 
     x = torch.randn(3, w.q.shape[1]).to(torch.bfloat16)
     lin = Linear("int4", *pack4([w]))
     scale = torch.from_numpy(w.scale).to(torch.bfloat16).float().numpy()
-    zero = torch.from_numpy(w.zero).to(torch.bfloat16).float().numpy()
-    held = Blocks4(w.q, scale, zero).dequantize()
+    zero = torch.from_numpy(w.offset + 8.0 * w.scale).to(torch.bfloat16).float().numpy()
+    held = Blocks4(w.q, scale, zero - 8.0 * scale).dequantize()
     want = x.float() @ torch.from_numpy(held).t()
     _close(lin(x).float(), want)
     e = decode(gguf_tensors["token_embd.weight"])
@@ -346,6 +346,23 @@ def test_second_start_maps_the_kept_weights(tmp_path: Path, monkeypatch: Any) ->
     said.clear()
     packed.load_lean(gguf, "smol", "int4", tmp_path, said.append)
     assert any("capability" in s for s in said)
+
+
+def test_requantizing_is_asked_for_and_named(tmp_path: Path) -> None:
+    """--dtype int4 holds the file's own numbers (the bundled Q4_1 and Q8_0); int4-requantized
+    quantizes every linear to 4 bits and is named so wherever the dtype is shown."""
+    from samchat.engines.torch.native.forward import TORCH_INT8
+    from samchat.engines.torch.quant import TILES4, TILES8
+
+    own = load_model(ModelSpec(engine="torch", dtype="int4"))
+    assert own.dtype == "int4" and "Q4_1, Q8_0 as in the file" in own.model.about
+    asked = load_model(ModelSpec(engine="torch", dtype="int4-requantized"))
+    assert asked.dtype == "int4 (requantized)"
+    assert asked.model.native is not None and own.model.native is not None
+    assert (
+        set(asked.model.native.kinds[:-1]) == {TILES4} and TORCH_INT8 not in own.model.native.kinds
+    )
+    assert own.model.native.kinds[-1] == TILES8  # the tied Q8_0 output projection, as it is
 
 
 def test_bad_requests_are_one_line_errors() -> None:
