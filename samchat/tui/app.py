@@ -97,8 +97,8 @@ class SamchatApp(App[None]):
         self.started_at = time.perf_counter()
         self.ready_at: float | None = None
         self.ready_cpu: float | None = None  # process CPU seconds when the UI became usable
-        self.theme_problems: list[str] = []
-        self._setup_themes()
+        # Before the first CSS pass: switching theme after mount restyles everything.
+        self.theme_problems = install_themes(self, self.cfg.theme, self.theme_dirs)
         self.chat = ChatScreen(self)
 
     def get_default_screen(self) -> Screen[Any]:
@@ -108,10 +108,6 @@ class SamchatApp(App[None]):
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(PROVENANCE_DEFAULTS)
-
-    def _setup_themes(self) -> None:
-        """Before the first CSS pass: switching theme after mount restyles everything."""
-        self.theme_problems = install_themes(self, self.cfg.theme, self.theme_dirs)
 
     def _theme_changed(self, theme: Theme) -> None:
         if self.cfg.theme == theme.name:
