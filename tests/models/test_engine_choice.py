@@ -117,3 +117,29 @@ def test_a_model_that_is_no_gguf_is_a_one_line_error(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert done.stderr.strip().count("\n") == 0 and "not a GGUF file" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_speeds_are_kept_per_forward(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A speed measured on the flat engine's native forward is not taken where its Python
+    forward would run (no compiled core kept, or SAMCHAT_NATIVE_FORWARD=0), nor the reverse."""
+    from samchat.models.default import bundled_gguf
+
+    gguf = bundled_gguf()
+    models = tmp_path / "models"
+    monkeypatch.setenv("SAMCHAT_MODEL_CACHE", str(models))
+    monkeypatch.delenv("SAMCHAT_NATIVE_FORWARD", raising=False)
+    python = record_path(tmp_path, gguf)
+    core = models / "native" / "lean-0123456789abcdef.so"
+    core.parent.mkdir(parents=True)
+    core.write_bytes(b"")
+    native = record_path(tmp_path, gguf)
+    assert native != python
+    native.parent.mkdir(parents=True, exist_ok=True)
+    speeds = [{"engine": "torch", "dtype": "int4", "ms_per_token": 1.0, "describe": "native"}]
+    native.write_text(json.dumps({"speeds": speeds}))
+    assert kept(tmp_path, ModelSpec()) is not None
+    chosen = preferred(ModelSpec(), tmp_path)
+    assert (chosen.engine, chosen.dtype, chosen.auto_engine) == ("torch", "int4", True)
+    monkeypatch.setenv("SAMCHAT_NATIVE_FORWARD", "0")
+    assert record_path(tmp_path, gguf) == python
+    assert kept(tmp_path, ModelSpec()) is None

@@ -212,3 +212,37 @@ def test_the_native_forward_checks_its_inputs(tiny_ggufs: dict[str, Path]) -> No
     # The Python forward refuses the same ids.
     with pytest.raises(IndexError, match="outside the vocabulary"):
         run(model, cache, [shape.vocab], None, 1)
+
+
+def test_bench_perplexity_reports_what_ran_then_fails(
+    tiny_ggufs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A method that cannot run (the flat engine, asked for by name, on a YaRN file): the
+    others' figures are printed and kept, then one line names the failure, exit status 1."""
+    import json
+
+    from samchat.cli import main
+
+    text = tmp_path / "text.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 20, encoding="utf-8")
+    out = tmp_path / "ppl.json"
+    model = str(tiny_ggufs["yarn"])
+    args = ["bench", "perplexity", "--text", str(text), "--model", model, "--json", str(out)]
+    assert main([*args, "--methods", "llamacpp,torch/int4"]) == 1
+    captured = capsys.readouterr()
+    assert any(line.startswith("llamacpp ") for line in captured.out.splitlines())
+    error = captured.err.strip().splitlines()[-1]
+    assert error.startswith("error: torch/int4 failed") and "yarn" in error
+    kept = json.loads(out.read_text())
+    assert set(kept["methods"]) == {"llamacpp"} and set(kept["failed"]) == {"torch/int4"}
+
+
+def test_the_engine_comparison_skips_what_the_flat_engine_cannot_compute(
+    tiny_ggufs: dict[str, Path], tmp_path: Path
+) -> None:
+    from samchat.models.engine_choice import measure
+
+    said: list[str] = []
+    speeds = measure(ModelSpec(source=str(tiny_ggufs["yarn"])), tmp_path, said.append)
+    assert [s.label for s in speeds] == ["llamacpp"]
+    assert any("torch/int4: skipped" in s and "yarn" in s for s in said)
