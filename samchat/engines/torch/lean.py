@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -33,6 +33,7 @@ from samchat.engines.torch.shape import LlamaShape
 if TYPE_CHECKING:
     from samchat.engines.torch.native.forward import NativeModel
 
+_LINEARS = ("qkv", "o", "gu", "down")
 TAIL = 64  # keys of a row's tail problem; also the most rows a tree may have
 _FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
@@ -67,12 +68,13 @@ def rotary_tables(
     file's rope_freqs factor (Llama 3), times the linear scale; cos and sin times rope_attn."""
     half = shape.head_dim // 2
     step = np.power(np.float32(shape.rope_base), np.float32(-2.0 / shape.head_dim))
-    theta = np.full((shape.context + TAIL, half), step, dtype=np.float32)
-    theta[:, 0] = np.arange(shape.context + TAIL, dtype=np.float32)
-    theta = np.multiply.accumulate(theta, axis=1, dtype=np.float32)
+    start = np.full((shape.context + TAIL, half), step, dtype=np.float32)
+    start[:, 0] = np.arange(shape.context + TAIL, dtype=np.float32)
+    theta: np.ndarray[Any, np.dtype[np.float32]]
+    theta = np.multiply.accumulate(start, axis=1, dtype=np.float32)
     if factors is not None:
-        theta = theta / factors.numpy().astype(np.float32)
-    theta = theta * np.float32(shape.rope_scale)
+        theta = np.divide(theta, factors.numpy().astype(np.float32), dtype=np.float32)
+    theta = np.multiply(theta, np.float32(shape.rope_scale), dtype=np.float32)
     cos = np.cos(theta) * np.float32(shape.rope_attn)
     sin = np.sin(theta) * np.float32(shape.rope_attn)
     both = torch.from_numpy(np.concatenate([cos, cos], axis=1))
@@ -90,25 +92,27 @@ class LeanModel:
         self.config = shape  # what the registry and loader read (context, vocabulary)
         self.about = about  # where the packed weights came from, for describe()
         self.tensors = t
-        self.layers = [
-            Layer(
-                t[f"{i}.attn_norm"],
-                t[f"{i}.ffn_norm"],
-                *(
-                    Linear(fmt, t[f"{i}.{n}.w"], t[f"{i}.{n}.s"])
-                    for n in ("qkv", "o", "gu", "down")
-                ),
-                t.get(f"{i}.qkv.b"),
-                t.get(f"{i}.q_norm"),
-                t.get(f"{i}.k_norm"),
-            )
-            for i in range(shape.layers)
-        ]
+        self.layers = [self._layer(i) for i in range(shape.layers)]
         self.embed = Embedding.from_tensors(t)
         self.norm = t["norm"]
         self.out = Linear("int8", t["out.w"], t["out.s"])  # 8-bit: 4 bits cost 5% perplexity
         self.cos, self.sin = rotary_tables(shape, t.get("rope_freqs"))
         self.native: NativeModel | None = None  # the compiled forward, once go_native ran
+
+    def _layer(self, i: int) -> Layer:
+        t = self.tensors
+        lin = {n: Linear(self.fmt, t[f"{i}.{n}.w"], t[f"{i}.{n}.s"]) for n in _LINEARS}
+        return Layer(
+            t[f"{i}.attn_norm"],
+            t[f"{i}.ffn_norm"],
+            lin["qkv"],
+            lin["o"],
+            lin["gu"],
+            lin["down"],
+            qkv_bias=t.get(f"{i}.qkv.b"),
+            q_norm=t.get(f"{i}.q_norm"),
+            k_norm=t.get(f"{i}.k_norm"),
+        )
 
     def go_native(self, cache_dir: Path | None, say: Callable[[str], None]) -> str | None:
         """Hands the tensors to the compiled forward (built first where needed); None when
