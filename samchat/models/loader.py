@@ -445,15 +445,11 @@ def load_model(
         return _load(spec, say, recent)
     except InexactError as exc:
         native = native_gguf_kind()
-        remedy = f"--engine {native.name}" if native is not None else ""
-        usable = native is not None and native.name != spec.engine
-        if not (spec.auto_engine and usable and native is not None):
-            text = str(exc)
-            if usable and remedy not in text:
-                text = f"{text}; {remedy} runs it"
-            raise InexactError(text) from None
-        if native.unavailable_reason():
+        if native is None or native.name == spec.engine:
             raise
+        if not spec.auto_engine or native.unavailable_reason():
+            text, remedy = str(exc), f"--engine {native.name}"
+            raise InexactError(text if remedy in text else f"{text}; {remedy} runs it") from None
         say(f"{one_line(exc)}: running it on {native.label}")
         fallback = replace(spec, engine=native.name, dtype=AUTO, auto_engine=False)
         return _load(fallback, say, recent)
