@@ -6,6 +6,7 @@ cannot compute exactly is refused (llama.cpp runs it where samchat chose the eng
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import random
 from pathlib import Path
@@ -57,7 +58,9 @@ def tiny_ggufs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return files
 
 
+@functools.cache
 def _flat(path: Path) -> Any:
+    """The flat engine's model of a file, loaded once per process (engines are made anew)."""
     return load_model(ModelSpec(source=str(path), engine="torch", dtype="int4"))
 
 
