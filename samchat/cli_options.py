@@ -44,8 +44,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         default=argparse.SUPPRESS,
         choices=DTYPES,
         help="torch engine; default: auto (a GPU: bfloat16 or float16; a CPU: float32). "
-        "int4 / int8: the CPU's weight-only formats (a GGUF's own 4-bit weights, packed once "
-        "for this CPU); float32, int4 and int8 draft with output identical to plain decoding",
+        "int4: the flat engine on the CPU, with a GGUF's own numbers (every common type, "
+        "packed once for this CPU); int4-requantized: every linear requantized to 4 bits; "
+        "int8: to 8 bits per row; float32 and these draft with output identical to plain "
+        "decoding",
     )
     group.add_argument(
         "--quantize",

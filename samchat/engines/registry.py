@@ -142,7 +142,7 @@ TORCH = EngineKind(
     prepare="samchat.engines.torch.loading:prepare",
     auto_device="samchat.engines.torch.devices:auto_device_type",
     # int4 / int8: weight-only formats on the CPU, packed from a GGUF's own blocks (quant.py).
-    dtypes=("float32", "float16", "bfloat16", "int4", "int8"),
+    dtypes=("float32", "float16", "bfloat16", "int4", "int8", "int4-requantized"),
     # Packed int4/int8 weights run on the lean forward (lean_engine.py).
     opener="samchat.engines.torch.engine:open_engine",
     build="samchat.engines.torch.native:expected_forward",

@@ -1,6 +1,10 @@
-"""A llama, qwen2 or qwen3 GGUF file's tensors as the lean int4/int8 forward takes them: 4-bit
-blocks (Q4_0, Q4_1) keep their own quantized numbers, Q8_0 keeps its bytes (the embedding reads its
-exact rows), anything else is dequantized to float32 (and quantized again by quant.py)."""
+"""A llama, qwen2 or qwen3 GGUF file's tensors as the flat engine holds them, each with the
+numbers llama.cpp dequantizes: 4-bit types (Q4_0, Q4_1, Q4_K) as 4-bit values with a float32
+scale and offset per 32, the 2- to 8-bit types (Q2_K, Q3_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0) as
+signed 8-bit values with a float32 scale and offset per 16, and float types (F32, F16, BF16) as
+their own rows. Each scale and offset is a product of the file's numbers that float32 holds
+exactly, so q * scale + offset rounds as llama.cpp's dequantization does. Any other type is
+refused (exactness.NotExactError) unless requantizing was asked for."""
 
 from __future__ import annotations
 
@@ -10,64 +14,235 @@ from typing import Any
 
 import numpy as np
 
+from samchat.engines.torch.exactness import NotExactError
 from samchat.engines.torch.shape import LlamaShape
 from samchat.errors import InexactError, ModelLoadError
 
-BLOCK = 32  # values per block, for every GGUF type read here
+BLOCK = 32  # values per 4-bit group, and per group of activations rounded to 8 bits
+GROUP8 = 16  # values per group of 8-bit weights (the K-quants' smallest sub-block)
+F32 = np.float32
+Array = np.ndarray[Any, Any]
 
 
 @dataclass
 class Blocks4:
-    """Group-32 4-bit weights (rows, cols): value = (q - 8) * scale + zero, q in 0..15."""
+    """4-bit weights (rows, cols): value = q * scale + offset, q in 0..15, per group of 32."""
 
     q: np.ndarray[Any, np.dtype[np.uint8]]
     scale: np.ndarray[Any, np.dtype[np.float32]]  # (rows, cols / 32)
-    zero: np.ndarray[Any, np.dtype[np.float32]]
+    offset: np.ndarray[Any, np.dtype[np.float32]]
+    kind: str = "Q4_1"
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        rows, cols = self.q.shape
+        return rows, cols
 
     def dequantize(self) -> np.ndarray[Any, np.dtype[np.float32]]:
-        rows, cols = self.q.shape
-        q = self.q.reshape(rows, cols // BLOCK, BLOCK).astype(np.float32) - 8.0
-        w = q * self.scale[..., None] + self.zero[..., None]
-        return w.reshape(rows, cols).astype(np.float32)
+        return _values(self.q, self.scale, self.offset, BLOCK)
 
     def take_rows(self, order: np.ndarray[Any, np.dtype[np.intp]]) -> Blocks4:
-        return Blocks4(self.q[order], self.scale[order], self.zero[order])
+        return Blocks4(self.q[order], self.scale[order], self.offset[order], self.kind)
+
+    def as8(self) -> Blocks8:
+        """The same values as 8-bit weights (to share a fused linear with 8-bit parts)."""
+        scale = np.repeat(self.scale, BLOCK // GROUP8, axis=1)
+        offset = np.repeat(self.offset, BLOCK // GROUP8, axis=1)
+        return Blocks8(self.q.astype(np.int8), scale, offset, self.kind)
 
 
 @dataclass
 class Blocks8:
-    """Q8_0 rows: value = q * d, q int8, one d per 32 values."""
+    """Signed 8-bit weights (rows, cols): value = q * scale + offset, per group of 16."""
 
     q: np.ndarray[Any, np.dtype[np.int8]]
-    d: np.ndarray[Any, np.dtype[np.float32]]
+    scale: np.ndarray[Any, np.dtype[np.float32]]  # (rows, cols / 16)
+    offset: np.ndarray[Any, np.dtype[np.float32]]
+    kind: str = "Q8_0"
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        rows, cols = self.q.shape
+        return rows, cols
 
     def dequantize(self) -> np.ndarray[Any, np.dtype[np.float32]]:
-        rows, cols = self.q.shape
-        q = self.q.reshape(rows, cols // BLOCK, BLOCK).astype(np.float32)
-        return (q * self.d[..., None]).reshape(rows, cols).astype(np.float32)
+        return _values(self.q, self.scale, self.offset, GROUP8)
+
+    def take_rows(self, order: np.ndarray[Any, np.dtype[np.intp]]) -> Blocks8:
+        return Blocks8(self.q[order], self.scale[order], self.offset[order], self.kind)
 
 
-Tensor = Blocks4 | Blocks8 | np.ndarray[Any, np.dtype[np.float32]]
+@dataclass
+class Floats:
+    """Float weights (rows, cols) as the file stores them: float32, float16, or bfloat16
+    (uint16 bits, numpy having no bfloat16)."""
+
+    values: Array
+    kind: str = "F32"
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        rows, cols = self.values.shape
+        return rows, cols
+
+    def dequantize(self) -> np.ndarray[Any, np.dtype[np.float32]]:
+        if self.kind == "BF16":
+            bits = self.values.astype(np.uint32) << np.uint32(16)
+            out: np.ndarray[Any, np.dtype[np.float32]] = bits.view(F32)
+            return out
+        return np.asarray(self.values, dtype=F32)
+
+    def take_rows(self, order: np.ndarray[Any, np.dtype[np.intp]]) -> Floats:
+        return Floats(np.ascontiguousarray(self.values[order]), self.kind)
 
 
-def _blocks(raw: np.ndarray[Any, Any], rows: int, size: int) -> np.ndarray[Any, Any]:
-    return np.ascontiguousarray(raw).view(np.uint8).reshape(rows, -1, size)
+# A tensor as read: a quantized or float matrix, or a float32 vector (a norm's weights).
+Tensor = Blocks4 | Blocks8 | Floats | np.ndarray[Any, np.dtype[np.float32]]
 
 
-def _f16(blocks: np.ndarray[Any, Any], at: int) -> np.ndarray[Any, np.dtype[np.float32]]:
-    return (
-        np.ascontiguousarray(blocks[..., at : at + 2]).view(np.float16)[..., 0].astype(np.float32)
-    )
+def kind_of(w: Tensor) -> str:
+    return "F32" if isinstance(w, np.ndarray) else w.kind
 
 
-def _nibbles(qs: np.ndarray[Any, Any]) -> np.ndarray[Any, np.dtype[np.uint8]]:
-    """A 4-bit block's 32 values in order: the low nibbles are values 0-15, the high 16-31."""
-    out: np.ndarray[Any, np.dtype[np.uint8]] = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+def dequantized(w: Tensor) -> np.ndarray[Any, np.dtype[np.float32]]:
+    return w if isinstance(w, np.ndarray) else w.dequantize()
+
+
+def _values(q: Array, scale: Array, offset: Array, group: int) -> np.ndarray[Any, Any]:
+    """q * scale + offset in float32, two roundings (the product is exact): as llama.cpp."""
+    rows, cols = q.shape
+    g = q.reshape(rows, cols // group, group).astype(F32)
+    w = g * scale[..., None] + offset[..., None]
+    out: np.ndarray[Any, Any] = w.reshape(rows, cols).astype(F32)
     return out
 
 
-def decode(tensor: Any) -> Tensor:
-    """One GGUFReader tensor, (rows, cols) as torch lays a linear's weight out."""
+def _f16(b: Array, at: int) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """The float16 at byte `at` of each block, as float32 (exact)."""
+    out: np.ndarray[Any, np.dtype[np.float32]] = (
+        np.ascontiguousarray(b[..., at : at + 2]).view(np.float16)[..., 0].astype(F32)
+    )
+    return out
+
+
+def _bits(b: Array, shifts: list[int], mask: int) -> Array:
+    """(n, m) bytes -> (n, len(shifts), m): each byte shifted by each shift, masked."""
+    s = np.array(shifts, dtype=np.uint8).reshape(1, -1, 1)
+    out: Array = (b[:, None, :] >> s) & np.uint8(mask)
+    return out
+
+
+def _q4_0(b: Array) -> tuple[Array, Array, Array]:
+    d = _f16(b, 0)
+    q = _bits(b[:, 2:18], [0, 4], 0x0F).reshape(-1, 32)
+    return q, d[:, None], (-8.0 * d)[:, None]
+
+
+def _q4_1(b: Array) -> tuple[Array, Array, Array]:
+    q = _bits(b[:, 4:20], [0, 4], 0x0F).reshape(-1, 32)
+    return q, _f16(b, 0)[:, None], _f16(b, 2)[:, None]
+
+
+def _q5(b: Array, with_min: bool) -> tuple[Array, Array, Array]:
+    at = 4 if with_min else 2
+    qh = np.ascontiguousarray(b[:, at : at + 4]).view(np.uint32)  # (n, 1)
+    high = ((qh >> np.arange(32, dtype=np.uint32)[None, :]) & np.uint32(1)).astype(np.uint8)
+    low = _bits(b[:, at + 4 : at + 20], [0, 4], 0x0F).reshape(-1, 32)
+    q = (low | (high << np.uint8(4))).astype(np.int8)
+    d = _f16(b, 0)
+    if with_min:
+        return q, d[:, None], _f16(b, 2)[:, None]
+    return q - np.int8(16), d[:, None], np.zeros_like(d)[:, None]
+
+
+def _q8_0(b: Array) -> tuple[Array, Array, Array]:
+    d = _f16(b, 0)
+    return np.ascontiguousarray(b[:, 2:34]).view(np.int8), d[:, None], np.zeros_like(d)[:, None]
+
+
+def _scale_min_k4(s: Array) -> tuple[Array, Array]:
+    """Q4_K/Q5_K's twelve bytes of 6-bit scales and mins (ggml's get_scale_min_k4)."""
+    d, m, md = s[:, 0:4], s[:, 4:8], s[:, 8:12]
+    sc = np.concatenate([d & 0x3F, (md & 0x0F) | ((d >> 2) & 0x30)], axis=-1)
+    mn = np.concatenate([m & 0x3F, (md >> 4) | ((m >> 2) & 0x30)], axis=-1)
+    return sc.astype(F32), mn.astype(F32)
+
+
+def _q4_k(b: Array) -> tuple[Array, Array, Array]:
+    d, dmin = _f16(b, 0)[:, None], _f16(b, 2)[:, None]
+    sc, mn = _scale_min_k4(b[:, 4:16])
+    q = b[:, 16:144].reshape(-1, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
+    return (q & np.uint8(0x0F)).reshape(-1, 256), d * sc, -(dmin * mn)
+
+
+def _q5_k(b: Array) -> tuple[Array, Array, Array]:
+    d, dmin = _f16(b, 0)[:, None], _f16(b, 2)[:, None]
+    sc, mn = _scale_min_k4(b[:, 4:16])
+    qh = b[:, 16:48]
+    low = b[:, 48:176].reshape(-1, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
+    low = (low & np.uint8(0x0F)).reshape(-1, 8, 32)
+    high = _bits(qh, list(range(8)), 1)  # (n, 8, 32): sub-block j's fifth bit
+    q = (low | (high << np.uint8(4))).reshape(-1, 256).astype(np.int8)
+    return q, np.repeat(d * sc, 2, axis=1), np.repeat(-(dmin * mn), 2, axis=1)
+
+
+def _q6_k(b: Array) -> tuple[Array, Array, Array]:
+    ql = b[:, 0:128].reshape(-1, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
+    ql = (ql & np.uint8(0x0F)).reshape(-1, 8, 32)
+    qh = b[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
+    qh = (qh & np.uint8(0x03)).reshape(-1, 8, 32)
+    q = (ql | (qh << np.uint8(4))).astype(np.int8).reshape(-1, 256) - np.int8(32)
+    sc = np.ascontiguousarray(b[:, 192:208]).view(np.int8).astype(F32)
+    d = _f16(b, 208)[:, None]
+    return q, d * sc, np.zeros_like(sc)
+
+
+def _q2_k(b: Array) -> tuple[Array, Array, Array]:
+    sc = b[:, 0:16]
+    q = b[:, 16:80].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
+    q = (q & np.uint8(3)).reshape(-1, 256).astype(np.int8)
+    d, dmin = _f16(b, 80)[:, None], _f16(b, 82)[:, None]
+    return q, d * (sc & 0x0F).astype(F32), -(dmin * (sc >> 4).astype(F32))
+
+
+def _q3_k(b: Array) -> tuple[Array, Array, Array]:
+    hmask, qs, s = b[:, 0:32], b[:, 32:96], b[:, 96:108]
+    d = _f16(b, 108)[:, None]
+    low = (s[:, 0:8].reshape(-1, 1, 8) >> np.array([0, 4], np.uint8).reshape(1, 2, 1)).reshape(
+        -1, 16
+    )
+    high = s[:, 8:12].reshape(-1, 1, 4) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 4, 1)
+    high = high.reshape(-1, 16)
+    sc = ((low & np.uint8(0x0F)) | ((high & np.uint8(0x03)) << np.uint8(4))).astype(np.int8)
+    scale = d * (sc - np.int8(32)).astype(F32)
+    ql = (qs.reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 3
+    qh = _bits(hmask, list(range(8)), 1) ^ np.uint8(1)  # a clear bit subtracts 4
+    q = (ql.reshape(-1, 8, 32).astype(np.int8) - (qh << np.uint8(2)).astype(np.int8)).reshape(
+        -1, 256
+    )
+    return q, scale, np.zeros_like(scale)
+
+
+# GGUF type -> (bytes per block, values per block, reader, 4-bit values, per-block groups).
+_READERS: dict[str, tuple[int, int, Any, bool]] = {
+    "Q4_0": (18, 32, _q4_0, True),
+    "Q4_1": (20, 32, _q4_1, True),
+    "Q4_K": (144, 256, _q4_k, True),
+    "Q5_0": (22, 32, lambda b: _q5(b, False), False),
+    "Q5_1": (24, 32, lambda b: _q5(b, True), False),
+    "Q8_0": (34, 32, _q8_0, False),
+    "Q2_K": (84, 256, _q2_k, False),
+    "Q3_K": (110, 256, _q3_k, False),
+    "Q5_K": (176, 256, _q5_k, False),
+    "Q6_K": (210, 256, _q6_k, False),
+}
+EXACT_TYPES = (*_READERS, "F32", "F16", "BF16")
+
+
+def decode(tensor: Any, requantize: bool = False) -> Tensor:
+    """One GGUFReader tensor, (rows, cols) as torch lays a linear's weight out, with its own
+    numbers. A type not read here raises NotExactError, or is dequantized to float32 rows when
+    `requantize` (the caller then quantizes it again, as asked)."""
     from gguf import GGMLQuantizationType as T
     from gguf.quants import dequantize
 
@@ -75,33 +250,45 @@ def decode(tensor: Any) -> Tensor:
     shape = [int(n) for n in reversed(tensor.shape)]  # GGUF lists the fastest dimension first
     rows = shape[0] if len(shape) > 1 else 1
     cols = shape[-1]
-    raw = tensor.data
-    if kind in (T.Q4_0, T.Q4_1):
-        size = 18 if kind == T.Q4_0 else 20
-        b = _blocks(raw, rows, size)
-        d = _f16(b, 0)
-        q = _nibbles(b[..., size - 16 :]).reshape(rows, cols)
-        # Q4_0: d * (q - 8); Q4_1: d * q + m = d * (q - 8) + (m + 8d).
-        zero = np.zeros_like(d) if kind == T.Q4_0 else _f16(b, 2) + 8.0 * d
-        return Blocks4(np.ascontiguousarray(q), d, zero.astype(np.float32))
-    if kind == T.Q8_0:
-        b = _blocks(raw, rows, 34)
-        q8 = np.ascontiguousarray(b[..., 2:]).view(np.int8).reshape(rows, cols)
-        return Blocks8(q8, _f16(b, 0))
-    values = np.asarray(dequantize(np.asarray(raw), kind), dtype=np.float32)
-    return values.reshape(shape) if len(shape) > 1 else values.reshape(cols)
+    raw = np.asarray(tensor.data)
+    if len(shape) == 1:  # a vector: a norm's weights, kept in float32
+        if kind.name not in EXACT_TYPES and not requantize:
+            raise NotExactError(str(getattr(tensor, "name", "?")), kind.name)
+        return np.asarray(dequantize(raw, kind), dtype=F32).reshape(cols)
+    if kind.name in _READERS:
+        size, per, read, four = _READERS[kind.name]
+        blocks = np.ascontiguousarray(raw).view(np.uint8).reshape(-1, size)
+        q, scale, offset = read(blocks)
+        q = np.ascontiguousarray(q).reshape(rows, cols)
+        group = BLOCK if four else GROUP8
+        reps = per // group // scale.shape[1]  # per-32 scales repeated for groups of 16
+        scale = np.ascontiguousarray(np.repeat(scale, reps, axis=1) if reps != 1 else scale)
+        offset = np.ascontiguousarray(np.repeat(offset, reps, axis=1) if reps != 1 else offset)
+        scale = scale.astype(F32).reshape(rows, cols // group)
+        offset = offset.astype(F32).reshape(rows, cols // group)
+        if four:
+            return Blocks4(q.astype(np.uint8), scale, offset, kind.name)
+        return Blocks8(q.astype(np.int8), scale, offset, kind.name)
+    if kind == T.F32:
+        return Floats(np.ascontiguousarray(raw.view(F32).reshape(rows, cols)), "F32")
+    if kind == T.F16:
+        return Floats(np.ascontiguousarray(raw.view(np.float16).reshape(rows, cols)), "F16")
+    if kind == T.BF16:
+        return Floats(np.ascontiguousarray(raw.view(np.uint16).reshape(rows, cols)), "BF16")
+    if not requantize:
+        raise NotExactError(str(getattr(tensor, "name", "?")), kind.name)
+    values = np.asarray(dequantize(raw, kind), dtype=F32)
+    return values.reshape(shape)
 
 
 def _unpermute(w: Tensor, heads: int) -> Tensor:
     """llama.cpp's converter reorders q and k rows for its interleaved rotary pairs; back to
     the Hugging Face order (halves), which the forward's rotary tables follow."""
-    rows = w.q.shape[0] if isinstance(w, Blocks4 | Blocks8) else w.shape[0]
+    rows = w.shape[0]
     order = np.arange(rows).reshape(heads, rows // heads // 2, 2).swapaxes(1, 2).reshape(rows)
-    if isinstance(w, Blocks4):
-        return w.take_rows(order)
-    if isinstance(w, Blocks8):
-        return Blocks8(w.q[order], w.d[order])
-    return np.ascontiguousarray(w[order])
+    if isinstance(w, np.ndarray):
+        return np.ascontiguousarray(w[order])
+    return w.take_rows(order)
 
 
 def _field(reader: Any, key: str, default: Any = None) -> Any:
@@ -165,7 +352,7 @@ def _rope(reader: Any, arch: str, name: str) -> tuple[float, float]:
     return scale, float(_field(reader, f"{arch}.rope.scaling.attn_factor", 1.0))
 
 
-def read_gguf(path: Path) -> tuple[LlamaShape, dict[str, Tensor]]:
+def read_gguf(path: Path, requantize: bool = False) -> tuple[LlamaShape, dict[str, Tensor]]:
     """The shape and the tensors of a llama, qwen2 or qwen3 GGUF file, named as shape.py names
     them: "embed", "norm", "out" (absent when tied), "rope_freqs" (where the file has one) and
     "<layer>.<q|k|v|o|gate|up|down|attn_norm|ffn_norm|q_bias|...|q_norm|k_norm>". Every tensor
@@ -232,7 +419,7 @@ def read_gguf(path: Path) -> tuple[LlamaShape, dict[str, Tensor]]:
             raise InexactError(
                 f"{path.name} has a tensor {name} that the flat engine does not compute"
             )
-        w = decode(t)
+        w = decode(t, requantize)
         if FAMILIES[arch] and key.split(".")[-1] in _ROTATED:
             w = _unpermute(w, heads if ".q" in key else shape.kv_heads)
         out[key] = w
@@ -241,5 +428,5 @@ def read_gguf(path: Path) -> tuple[LlamaShape, dict[str, Tensor]]:
         raise ModelLoadError(f"{path.name} has no token embedding or output norm")
     if arch == "qwen3" and any(f"{i}.q_norm" not in out for i in range(shape.layers)):
         raise ModelLoadError(f"{path.name} is a qwen3 model without its q/k norms")
-    shape.vocab = int(embed.q.shape[0] if isinstance(embed, Blocks4 | Blocks8) else embed.shape[0])
+    shape.vocab = int(embed.shape[0])
     return shape, out

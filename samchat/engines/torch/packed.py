@@ -19,15 +19,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from samchat.engines.torch.gguf_weights import Tensor, read_gguf
+from samchat.engines.torch.exactness import REQUANTIZED
+from samchat.engines.torch.gguf_weights import Tensor, dequantized, kind_of, read_gguf
 from samchat.engines.torch.lean import LeanModel
-from samchat.engines.torch.quant import FORMATS, Embedding, pack, pack8, tiles4, tiles8
+from samchat.engines.torch.quant import FORMATS, Embedding, output_tiles, pack, pack8, tiles
 from samchat.engines.torch.shape import LlamaShape
 from samchat.errors import ModelLoadError
 
 Say = Callable[[str], None]
 # Bumped when the packed layout or the quantization changes: older files are packed again.
-LAYOUT = "4"
+LAYOUT = "5"
 ALIGN = 64
 
 
@@ -59,19 +60,28 @@ def _key(identity: str, fmt: str) -> dict[str, str]:
 def kept_path(cache_dir: Path, name: str, identity: str, fmt: str) -> Path:
     digest = hashlib.sha256(json.dumps(_key(identity, fmt), sort_keys=True).encode()).hexdigest()
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:60]
-    return cache_dir / "packed" / f"{safe}-{fmt}-{digest[:16]}.safetensors"
+    tag = fmt.replace("-", "_")  # one dash before the digest: see _drop_older
+    return cache_dir / "packed" / f"{safe}-{tag}-{digest[:16]}.safetensors"
 
 
-def convert(shape: LlamaShape, tensors: dict[str, Tensor], fmt: str) -> dict[str, torch.Tensor]:
-    """The lean forward's tensors: fused q/k/v and gate/up, each linear packed in `fmt`, the
-    output projection in int8 and the embedding's exact rows."""
+def convert(
+    shape: LlamaShape, tensors: dict[str, Tensor], fmt: str, requantize: bool = False
+) -> dict[str, torch.Tensor]:
+    """The lean forward's tensors: fused q/k/v and gate/up, each linear packed in `fmt` for
+    torch's kernels (the Python forward) and as tiles of its own numbers for the native one
+    (every part requantized to 4 bits only with `requantize`), the output projection's tiles
+    and int8, and the embedding's own rows."""
     if fmt not in FORMATS:
         raise ModelLoadError(f"unknown weight format {fmt!r}; use one of {', '.join(FORMATS)}")
     out: dict[str, torch.Tensor] = {}
 
     def vector(w: Tensor) -> torch.Tensor:
-        assert isinstance(w, np.ndarray)
-        return torch.from_numpy(np.array(w, dtype=np.float32))  # a writable copy
+        return torch.from_numpy(np.array(dequantized(w), dtype=np.float32))  # a writable copy
+
+    def put(prefix: str, kind: int, held: dict[str, torch.Tensor]) -> None:
+        out[f"{prefix}.kind"] = torch.tensor([kind], dtype=torch.int64)
+        for key, value in held.items():
+            out[f"{prefix}.{key}"] = value
 
     try:
         for i in range(shape.layers):
@@ -83,9 +93,8 @@ def convert(shape: LlamaShape, tensors: dict[str, Tensor], fmt: str) -> dict[str
             ):
                 ws = [tensors[f"{i}.{p}"] for p in parts]
                 out[f"{i}.{name}.w"], out[f"{i}.{name}.s"] = pack(fmt, ws)
-                if fmt == "int4":  # the native forward's tiles of the same 4-bit numbers
-                    t, ts, tz = tiles4(ws)
-                    out[f"{i}.{name}.t4"], out[f"{i}.{name}.ts"], out[f"{i}.{name}.tz"] = t, ts, tz
+                if fmt == "int4":  # the native forward's tiles of the same numbers
+                    put(f"{i}.{name}", *tiles(ws, requantize))
             out[f"{i}.attn_norm"] = vector(tensors[f"{i}.attn_norm"])
             out[f"{i}.ffn_norm"] = vector(tensors[f"{i}.ffn_norm"])
             biases = [tensors.get(f"{i}.{p}_bias") for p in ("q", "k", "v")]
@@ -108,8 +117,14 @@ def convert(shape: LlamaShape, tensors: dict[str, Tensor], fmt: str) -> dict[str
     out.update(Embedding.of(tensors["embed"]).tensors())
     projection = tensors.get("out", tensors["embed"])
     out["out.w"], out["out.s"] = pack8([projection])
-    out["out.t8"], out["out.ts"] = tiles8(projection)  # the native forward's, GGUF Q8_0 as is
+    put("out", *output_tiles(projection, requantize))
     return out
+
+
+def held_types(tensors: dict[str, Tensor]) -> str:
+    """The GGUF types of a model's matrices, as describe() names them ("Q4_K, Q6_K")."""
+    kinds = {kind_of(w) for w in tensors.values() if not isinstance(w, np.ndarray) or w.ndim > 1}
+    return ", ".join(sorted(kinds))
 
 
 def hf_tensors(directory: Path) -> tuple[LlamaShape, dict[str, Tensor]]:
@@ -155,8 +170,8 @@ def hf_tensors(directory: Path) -> tuple[LlamaShape, dict[str, Tensor]]:
     return shape, out
 
 
-def _read_source(source: Path) -> tuple[LlamaShape, dict[str, Tensor]]:
-    return hf_tensors(source) if source.is_dir() else read_gguf(source)
+def _read_source(source: Path, requantize: bool) -> tuple[LlamaShape, dict[str, Tensor]]:
+    return hf_tensors(source) if source.is_dir() else read_gguf(source, requantize)
 
 
 def _serialize(tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> bytes:
@@ -189,8 +204,9 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
     return t if t.data_ptr() % ALIGN == 0 else t.clone()
 
 
-def _read(path: Path, key: dict[str, str]) -> tuple[LlamaShape, dict[str, torch.Tensor]]:
-    """The kept tensors, memory-mapped; ValueError when the file is not what `key` names."""
+def _read(path: Path, key: dict[str, str]) -> tuple[LlamaShape, dict[str, torch.Tensor], str]:
+    """The kept tensors, memory-mapped, and the types they hold; ValueError when the file is
+    not what `key` names."""
     from safetensors import safe_open
     from safetensors.torch import load_file
 
@@ -200,7 +216,7 @@ def _read(path: Path, key: dict[str, str]) -> tuple[LlamaShape, dict[str, torch.
         if meta.get(k) != v:
             raise ValueError(f"it was packed for another {k}")
     shape = LlamaShape.from_json(meta["shape"])
-    return shape, {k: _aligned(v) for k, v in load_file(str(path)).items()}
+    return shape, {k: _aligned(v) for k, v in load_file(str(path)).items()}, meta.get("held", "")
 
 
 def load_lean(
@@ -221,26 +237,30 @@ def _packed(source: Path, name: str, fmt: str, cache_dir: Path | None, notice: S
     identity = file_identity(source)
     key = _key(identity, fmt)
     path = kept_path(cache_dir, name, identity, fmt) if cache_dir is not None else None
+    # The kernels' format: int4-requantized is int4 tiles of every linear, asked for.
+    kernels = "int4" if fmt == REQUANTIZED else fmt
     if path is not None and path.is_file():
         try:
-            shape, tensors = _read(path, key)
-            return LeanModel(fmt, shape, tensors, f"mapped {path.name}")
+            shape, tensors, held = _read(path, key)
+            return LeanModel(kernels, shape, tensors, f"mapped {path.name} ({held})")
         except Exception as exc:  # safetensors raises several types: all mean "not usable"
             notice(f"the packed weights {path} are unusable ({exc}); packing them again")
     notice(f"packing {name} as {fmt} for this CPU ({cpu_capability()}; once)")
-    shape, raw = _read_source(source)
-    tensors = convert(shape, raw, fmt)
+    # int8 and int4-requantized requantize as asked; int4 holds the file's own numbers.
+    shape, raw = _read_source(source, requantize=fmt != "int4")
+    held = f"{held_types(raw)} as in the file" if fmt == "int4" else f"{fmt} from {held_types(raw)}"
+    tensors = convert(shape, raw, kernels, requantize=fmt == REQUANTIZED)
     del raw
     if path is None:
-        return LeanModel(fmt, shape, tensors, "packed in memory")
+        return LeanModel(kernels, shape, tensors, f"packed in memory ({held})")
     try:
-        _write(path, tensors, {**key, "shape": shape.to_json()})
+        _write(path, tensors, {**key, "shape": shape.to_json(), "held": held})
     except OSError as exc:
         notice(f"could not keep the packed weights in {path.parent}: {exc}")
-        return LeanModel(fmt, shape, tensors, "packed in memory")
+        return LeanModel(kernels, shape, tensors, f"packed in memory ({held})")
     _drop_older(path)
-    shape, mapped = _read(path, key)
-    return LeanModel(fmt, shape, mapped, f"packed into {path.name}")
+    shape, mapped, held = _read(path, key)
+    return LeanModel(kernels, shape, mapped, f"packed into {path.name} ({held})")
 
 
 def _drop_older(path: Path) -> None:

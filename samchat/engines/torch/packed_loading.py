@@ -8,8 +8,11 @@ from pathlib import Path
 from samchat.engines.weights import WeightOptions, Weights, WeightsRequest
 from samchat.errors import ModelLoadError
 
-# quant.FORMATS, named here as well: the options are checked before torch is imported.
-PACKED_DTYPES = ("int4", "int8")
+# quant.FORMATS and exactness.REQUANTIZED, named here as well: the options are checked before
+# torch is imported. int4 holds a GGUF's own numbers; int8 and int4-requantized requantize.
+PACKED_DTYPES = ("int4", "int8", "int4-requantized")
+# How each is named in messages, the status bar, doctor and bench JSON.
+LABELS = {"int4-requantized": "int4 (requantized)"}
 
 
 def is_packed(options: WeightOptions) -> bool:
@@ -52,4 +55,4 @@ def load_packed(request: WeightsRequest) -> Weights:
     files, fmt = request.files, request.options.dtype
     request.say(f"loading weights of {files.name} ({fmt} on cpu)")
     model = load_lean(Path(files.location), files.name, fmt, request.cache_dir, request.say)
-    return Weights(model=model, device=torch.device("cpu"), dtype=fmt)
+    return Weights(model=model, device=torch.device("cpu"), dtype=LABELS.get(fmt, fmt))

@@ -13,8 +13,9 @@ from samchat.engines.torch.shape import LlamaShape
 
 _NONE = torch.empty(0, dtype=torch.long)
 _LINEARS = ("qkv", "o", "gu", "down")
-# How each linear's weights are held (lean.cpp's Kind): torch's kernels, or tiles.
-TORCH_INT4, TORCH_INT8, TILES4, TILES8 = 0, 1, 2, 3
+# How each linear's weights are held (lean.cpp's Kind): torch's kernels, or tiles (the tile
+# kinds are quant.py's TILES4, TILES8 and TILESF).
+TORCH_INT4, TORCH_INT8 = 0, 1
 
 
 class NativeModel:
@@ -41,12 +42,10 @@ class NativeModel:
             tensors += [t.get(f"{i}.{name}", empty) for name in ("qkv.b", "q_norm", "k_norm")]
         kinds: list[int] = []
         for prefix in [f"{i}.{name}" for i in range(shape.layers) for name in _LINEARS] + ["out"]:
-            if f"{prefix}.t4" in t:
-                kinds.append(TILES4)
-                tensors += [t[f"{prefix}.t4"], t[f"{prefix}.ts"], t[f"{prefix}.tz"]]
-            elif f"{prefix}.t8" in t:
-                kinds.append(TILES8)
-                tensors += [t[f"{prefix}.t8"], t[f"{prefix}.ts"], empty]
+            if f"{prefix}.kind" in t:  # tiles of the file's own numbers (quant.tiles)
+                kinds.append(int(t[f"{prefix}.kind"][0]))
+                q = next(t[f"{prefix}.{k}"] for k in ("t4", "t8", "tf") if f"{prefix}.{k}" in t)
+                tensors += [q, t.get(f"{prefix}.ts", empty), t.get(f"{prefix}.tz", empty)]
             else:
                 kinds.append(TORCH_INT4 if fmt == "int4" and prefix != "out" else TORCH_INT8)
                 tensors += [t[f"{prefix}.w"], t[f"{prefix}.s"], empty]

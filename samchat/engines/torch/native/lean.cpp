@@ -61,11 +61,11 @@ inline float lane_sum(const float* acc) {
 }
 
 // How a linear's weights are held: torch's packed kernels, or tiles (tiles.h).
-enum Kind : int64_t { TORCH_INT4 = 0, TORCH_INT8 = 1, TILES4 = 2, TILES8 = 3 };
+enum Kind : int64_t { TORCH_INT4 = 0, TORCH_INT8 = 1, TILES4 = 2, TILES8 = 3, TILESF = 4 };
 
 struct Lin {
   Kind kind;
-  at::Tensor a, b, c;  // torch: weight, scales; tiles: q, s, z (z for 4-bit tiles only)
+  at::Tensor a, b, c;  // torch: weight, scales; tiles: q, s, z (z may be empty; float: q)
 };
 
 struct Model {
@@ -96,9 +96,11 @@ at::Tensor linear(const Lin& l, const at::Tensor& x) {
     case TORCH_INT8:
       return at::_weight_int8pack_mm(x.to(at::kBFloat16), l.a, l.b).to(at::kFloat);
     case TILES4:
-      return tiles::linear(x, l.a, l.b, l.c);
+      return tiles::linear(tiles::HELD4, x, l.a, l.b, l.c);
+    case TILES8:
+      return tiles::linear(tiles::HELD8, x, l.a, l.b, l.c);
     default:
-      return tiles::linear(x, l.a, l.b, at::Tensor());
+      return tiles::linear(tiles::HELDF, x, l.a, l.b, l.c);
   }
 }
 
@@ -187,11 +189,12 @@ int64_t lean_load(std::vector<at::Tensor> t, std::vector<int64_t> kinds,
     m->vocab = m->embed_f.size(0);
   } else {
     TORCH_CHECK_VALUE(m->embed_q.scalar_type() == at::kChar && m->embed_q.dim() == 2 &&
-                          m->embed_q.size(1) == m->hidden && m->hidden % 32 == 0 &&
+                          m->embed_q.size(1) == m->hidden && m->hidden % 16 == 0 &&
                           m->embed_q.is_contiguous() && m->embed_d.is_contiguous() &&
                           m->embed_d.scalar_type() == at::kFloat &&
-                          m->embed_d.numel() == m->embed_q.size(0) * (m->hidden / 32),
-                      "embedding: (vocab, hidden) int8 and a float32 scale per 32 expected");
+                          m->embed_d.numel() == m->embed_q.size(0) * (m->hidden / 16) * 2,
+                      "embedding: (vocab, hidden) int8 and a float32 scale and offset per 16 "
+                      "expected");
     m->vocab = m->embed_q.size(0);
   }
   for (const at::Tensor* table : {&m->cos, &m->sin})
@@ -272,9 +275,11 @@ at::Tensor lean_forward(int64_t handle, const at::Tensor& ids, const at::Tensor&
     if (m.embed_f.defined() && m.embed_f.numel()) {
       std::memcpy(row, m.embed_f.data_ptr<float>() + idp[i] * H, H * sizeof(float));
     } else {
+      // The file's own values: q * scale + offset per 16 (embed_d holds the pairs).
       const int8_t* q = m.embed_q.data_ptr<int8_t>() + idp[i] * H;
-      const float* d = m.embed_d.data_ptr<float>() + idp[i] * (H / 32);
-      for (int64_t j = 0; j < H; ++j) row[j] = static_cast<float>(q[j]) * d[j / 32];
+      const float* d = m.embed_d.data_ptr<float>() + idp[i] * (H / 16) * 2;
+      for (int64_t j = 0; j < H; ++j)
+        row[j] = static_cast<float>(q[j]) * d[j / 16 * 2] + d[j / 16 * 2 + 1];
     }
   }
 
@@ -404,14 +409,15 @@ at::Tensor lean_forward(int64_t handle, const at::Tensor& ids, const at::Tensor&
   return linear(m.lins[m.layers * 4], hl);
 }
 
-// One tiled linear alone (tests and measurements): z empty for 8-bit tiles.
-at::Tensor lean_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& s,
-                       const at::Tensor& z) {
-  return tiles::linear(x.contiguous(), q, s, z);
+// One tiled linear alone (tests and measurements): kind TILES4, TILES8 or TILESF.
+at::Tensor lean_linear(const at::Tensor& x, int64_t kind, const at::Tensor& q,
+                       const at::Tensor& s, const at::Tensor& z) {
+  TORCH_CHECK(kind >= TILES4 && kind <= TILESF, "no tiles of kind ", kind);
+  return linear(Lin{static_cast<Kind>(kind), q, s, z}, x.contiguous());
 }
 
 TORCH_LIBRARY(samchat_lean, lib) {
-  lib.def("linear(Tensor x, Tensor q, Tensor s, Tensor z) -> Tensor", &lean_linear);
+  lib.def("linear(Tensor x, int kind, Tensor q, Tensor s, Tensor z) -> Tensor", &lean_linear);
   lib.def("load(Tensor[] t, int[] kinds, int[] dims, float eps) -> int", &lean_load);
   lib.def("free(int handle) -> ()", &lean_free);
   lib.def(
