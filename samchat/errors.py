@@ -12,6 +12,12 @@ class ModelLoadError(SamchatError):
     """A model could not be found, read or loaded."""
 
 
+class InexactError(ModelLoadError):
+    """An engine cannot compute the model its file defines (a type, tensor, architecture or
+    rope scaling it does not hold exactly). The loader runs the file on llama.cpp instead where
+    samchat chose the engine, and names the problem where the user did."""
+
+
 class IndexCorruptError(SamchatError):
     """A static index file is truncated, corrupt or built with another tokenizer."""
 

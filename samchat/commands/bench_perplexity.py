@@ -7,12 +7,13 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from samchat.cli_options import add_model_options, spec_from_args
-from samchat.errors import SamchatError
+from samchat.errors import SamchatError, one_line
 
 
 def register_bench(sub: Any) -> None:
@@ -30,9 +31,8 @@ def register_bench(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from samchat.bench.decode import setup_spec
-    from samchat.bench.perplexity import parse_setups, perplexity
+    from samchat.bench.perplexity import parse_setups
     from samchat.engines.cpu import cpu_name
-    from samchat.models import load_model
     from samchat.models.loader import choose_engine
 
     try:
@@ -42,33 +42,48 @@ def run(args: argparse.Namespace) -> int:
     base = replace(spec_from_args(args), engine=getattr(args, "engine", "auto") or "auto")
     labels = parse_setups(args.methods)
     specs = {label: setup_spec(base, label) for label in labels}
-    for spec in specs.values():  # every configuration can run before any is loaded
-        choose_engine(spec)
 
     def say(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
+    # A method that fails is reported after the others ran: their figures are not lost.
     results: dict[str, dict[str, Any]] = {}
+    failed: dict[str, str] = {}
     for label, spec in specs.items():
-        lm = load_model(spec, progress=say)
-        ids = list(lm.tokenizer(text, add_special_tokens=False)["input_ids"])
-        limit = lm.context_limit
-        if len(ids) > limit:
-            say(f"{label}: the text's {len(ids)} tokens cut to the model's context ({limit})")
-            ids = ids[:limit]
-        engine = lm.kind.open(lm)
-        t0 = time.perf_counter()
-        result = perplexity(engine, ids)
-        seconds = time.perf_counter() - t0
-        say(f"{label}: {result.perplexity:.4f} over {result.tokens} tokens ({seconds:.1f} s)")
-        results[label] = {**result.to_dict(), "dtype": lm.dtype, "engine": engine.meter.describe()}
-        del engine, lm
-    first = next(iter(results.values()))["perplexity"]
-    width = max(len(label) for label in results)
+        try:
+            choose_engine(spec)
+            results[label] = _measure(label, spec, text, say)
+        except SamchatError as exc:
+            say(f"{label}: failed ({one_line(exc)})")
+            failed[label] = one_line(exc)
     print(f"{args.text.name}, {cpu_name()}")
-    for label, r in results.items():
-        print(f"{label:<{width}}  {r['perplexity']:.4f}  ({r['perplexity'] / first - 1:+.2%})")
+    if results:
+        first = next(iter(results.values()))["perplexity"]
+        width = max(len(label) for label in results)
+        for label, r in results.items():
+            print(f"{label:<{width}}  {r['perplexity']:.4f}  ({r['perplexity'] / first - 1:+.2%})")
     if args.json is not None:
-        out = {"text": str(args.text), "cpu": cpu_name(), "methods": results}
+        out = {"text": str(args.text), "cpu": cpu_name(), "methods": results, "failed": failed}
         args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    if failed:
+        raise SamchatError("; ".join(f"{label} failed: {why}" for label, why in failed.items()))
     return 0
+
+
+def _measure(label: str, spec: Any, text: str, say: Callable[[str], None]) -> dict[str, Any]:
+    """One method's perplexity on text, with what ran it."""
+    from samchat.bench.perplexity import perplexity
+    from samchat.models import load_model
+
+    lm = load_model(spec, progress=say)
+    ids = list(lm.tokenizer(text, add_special_tokens=False)["input_ids"])
+    limit = lm.context_limit
+    if len(ids) > limit:
+        say(f"{label}: the text's {len(ids)} tokens cut to the model's context ({limit})")
+        ids = ids[:limit]
+    engine = lm.kind.open(lm)
+    t0 = time.perf_counter()
+    result = perplexity(engine, ids)
+    seconds = time.perf_counter() - t0
+    say(f"{label}: {result.perplexity:.4f} over {result.tokens} tokens ({seconds:.1f} s)")
+    return {**result.to_dict(), "dtype": lm.dtype, "engine": engine.meter.describe()}

@@ -81,6 +81,10 @@ class EngineKind:
     # "module:function" choosing the Engine for a loaded model, where the kind has several
     # (called as function(lm, cache_dir=...)); None: engine_class.
     opener: str | None = None
+    # "module:function" naming the build of the engine that runs here, without importing it:
+    # function(model cache dir) -> str. Speeds kept for a model are kept per build, since a
+    # fallback build (the flat engine's Python forward) runs at another speed. None: one build.
+    build: str | None = None
 
     def open(self, lm: EngineModel, cache_dir: Path | None = None) -> Engine:
         engine: Engine = _attr(self.opener or self.engine_class)(lm, cache_dir=cache_dir)
@@ -110,6 +114,13 @@ class EngineKind:
         device: str = _attr(self.auto_device)()
         return device
 
+    def build_name(self, model_cache: Path) -> str:
+        """Which build of the engine runs here ("" for an engine with one build)."""
+        if self.build is None:
+            return ""
+        name: str = _attr(self.build)(model_cache)
+        return name
+
     def unavailable_reason(self) -> str | None:
         if self.availability is None:
             return None
@@ -134,6 +145,7 @@ TORCH = EngineKind(
     dtypes=("float32", "float16", "bfloat16", "int4", "int8", "int4-requantized"),
     # Packed int4/int8 weights run on the lean forward (lean_engine.py).
     opener="samchat.engines.torch.engine:open_engine",
+    build="samchat.engines.torch.native:expected_forward",
 )
 LLAMACPP = EngineKind(
     name="llamacpp",

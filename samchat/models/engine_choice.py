@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from samchat.engines.registry import GGUF_CPU_CANDIDATES
-from samchat.errors import SamchatError
+from samchat.errors import InexactError, SamchatError
 from samchat.models.catalog import is_gguf
 from samchat.models.loader import ModelSpec
 
@@ -53,11 +53,21 @@ def gguf_file(spec: ModelSpec) -> Path | None:
     return path if path.is_file() and is_gguf(path) else None
 
 
+def _builds() -> str:
+    """Which build of each engine runs here (the flat engine's native or Python forward): a
+    speed measured on one is not taken for the other."""
+    from samchat.engines.registry import KINDS
+    from samchat.paths import model_cache_dir
+
+    cache = model_cache_dir()
+    return ",".join(f"{kind.name}={kind.build_name(cache)}" for kind in KINDS)
+
+
 def _key(path: Path) -> str:
     from samchat.engines.cpu import cpu_name
 
     stat = path.stat()
-    text = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{cpu_name()}"
+    text = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{cpu_name()}|{_builds()}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -90,7 +100,9 @@ def preferred(spec: ModelSpec, cache_dir: Path) -> ModelSpec:
     if not speeds:
         return spec
     best = min(speeds, key=lambda s: s.ms_per_token)
-    return replace(spec, engine=best.engine, dtype=best.dtype)
+    # Chosen here, not by the user: a model the engine cannot compute exactly (a newer file
+    # at this path, say) goes to llama.cpp with a notice instead of failing.
+    return replace(spec, engine=best.engine, dtype=best.dtype, auto_engine=True)
 
 
 def _time_steps(spec: ModelSpec, cache_dir: Path, say: Say) -> EngineSpeed:
@@ -143,7 +155,10 @@ def measure(spec: ModelSpec, cache_dir: Path, say: Say) -> list[EngineSpeed]:
         except SamchatError as exc:
             say(f"{engine}/{dtype}: skipped ({exc})")
             continue
-        speeds.append(_time_steps(candidate, cache_dir, say))
+        try:
+            speeds.append(_time_steps(candidate, cache_dir, say))
+        except InexactError as exc:  # the flat engine on a file it cannot compute exactly
+            say(f"{engine}/{dtype}: skipped ({exc})")
     if not speeds:
         raise SamchatError("no engine can run this model here")
     keep(cache_dir, path, speeds)

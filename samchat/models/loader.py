@@ -20,7 +20,7 @@ from samchat.engines.registry import (
     native_gguf_kind,
 )
 from samchat.engines.weights import Device, ModelFiles, WeightsRequest
-from samchat.errors import ModelLoadError
+from samchat.errors import InexactError, ModelLoadError, one_line
 from samchat.models.catalog import (
     OLLAMA_PREFIX,
     cached_snapshot,
@@ -62,6 +62,9 @@ class ModelSpec:
     # (unquantized weights on CUDA with a uniform KV cache), since an eager step there is
     # mostly kernel launches (docs/benchmarks.md, "On a GPU").
     cuda_graphs: bool | None = None
+    # The engine and dtype were chosen by samchat (engine_choice.preferred), not the user: an
+    # engine that cannot compute the model exactly gives way to llama.cpp, with a notice.
+    auto_engine: bool = False
 
 
 @dataclass
@@ -315,9 +318,28 @@ def load_model(
     spec: ModelSpec | None = None, progress: Progress | None = None, recent: Path | None = None
 ) -> LoadedModel:
     """Load a model ready for decoding, or raise ModelLoadError with a one-line reason.
-    recent: the list a GGUF file the user named is added to (`catalog.recent_file`)."""
+    recent: the list a GGUF file the user named is added to (`catalog.recent_file`).
+
+    Where the engine cannot compute the file's model exactly (InexactError): if samchat chose
+    it, a one-line notice and llama.cpp runs the file; if the user did, the error names the
+    problem and `--engine llamacpp`."""
     spec = spec or ModelSpec()
     say = progress or _noop
+    try:
+        return _load(spec, say, recent)
+    except InexactError as exc:
+        native = native_gguf_kind()
+        if native is None or native.name == spec.engine:
+            raise
+        if not spec.auto_engine or native.unavailable_reason():
+            text, remedy = str(exc), f"--engine {native.name}"
+            raise InexactError(text if remedy in text else f"{text}; {remedy} runs it") from None
+        say(f"{one_line(exc)}: running it on {native.label}")
+        fallback = replace(spec, engine=native.name, dtype=AUTO, auto_engine=False)
+        return _load(fallback, say, recent)
+
+
+def _load(spec: ModelSpec, say: Progress, recent: Path | None) -> LoadedModel:
     _refuse_remote(spec)
     _refuse_before_torch(spec)
     kind = engine_kind(choose_engine(spec))

@@ -222,3 +222,29 @@ def _first_reply_drafts(cache: Path, tmp_path: Path, best: EngineSpeed) -> None:
         (chat,) = store.chats()
         reply = next(m for m in store.messages(chat.id) if m.role == "assistant")
     assert reply.stats is not None and reply.stats.reply.steps < reply.stats.reply.tokens
+
+
+def test_speeds_are_kept_per_forward(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A speed measured on the flat engine's native forward is not taken where its Python
+    forward would run (no compiled core kept, or SAMCHAT_NATIVE_FORWARD=0), nor the reverse."""
+    from samchat.models.default import bundled_gguf
+
+    gguf = bundled_gguf()
+    models = tmp_path / "models"
+    monkeypatch.setenv("SAMCHAT_MODEL_CACHE", str(models))
+    monkeypatch.delenv("SAMCHAT_NATIVE_FORWARD", raising=False)
+    python = record_path(tmp_path, gguf)
+    core = models / "native" / "lean-0123456789abcdef.so"
+    core.parent.mkdir(parents=True)
+    core.write_bytes(b"")
+    native = record_path(tmp_path, gguf)
+    assert native != python
+    native.parent.mkdir(parents=True, exist_ok=True)
+    speeds = [{"engine": "torch", "dtype": "int4", "ms_per_token": 1.0, "describe": "native"}]
+    native.write_text(json.dumps({"speeds": speeds}))
+    assert kept(tmp_path, ModelSpec()) is not None
+    chosen = preferred(ModelSpec(), tmp_path)
+    assert (chosen.engine, chosen.dtype, chosen.auto_engine) == ("torch", "int4", True)
+    monkeypatch.setenv("SAMCHAT_NATIVE_FORWARD", "0")
+    assert record_path(tmp_path, gguf) == python
+    assert kept(tmp_path, ModelSpec()) is None

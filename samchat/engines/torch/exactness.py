@@ -5,14 +5,14 @@ requantizing stays possible only when the user asks for it (the "int4-requantize
 
 from __future__ import annotations
 
-from samchat.errors import ModelLoadError
+from samchat.errors import InexactError
 
 # The --dtype that requantizes what the flat engine cannot hold exactly, and how it is shown.
 REQUANTIZED = "int4-requantized"
 REQUANTIZED_LABEL = "int4 (requantized)"
 
 
-class NotExactError(ModelLoadError):
+class NotExactError(InexactError):
     """A GGUF tensor whose type the flat engine cannot compute with its own numbers."""
 
     def __init__(self, tensor: str, kind: str) -> None:

@@ -1,10 +1,10 @@
-"""A LLaMA-family GGUF file's tensors as the flat engine holds them, each with the numbers
-llama.cpp dequantizes: 4-bit types (Q4_0, Q4_1, Q4_K) as 4-bit values with a float32 scale and
-offset per 32, the 2- to 8-bit types (Q2_K, Q3_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0) as signed
-8-bit values with a float32 scale and offset per 16, and float types (F32, F16, BF16) as their
-own rows. Each scale and offset is a product of the file's numbers that float32 holds exactly,
-so q * scale + offset rounds as llama.cpp's dequantization does. Any other type is refused
-(exactness.NotExactError) unless requantizing was asked for."""
+"""A llama, qwen2 or qwen3 GGUF file's tensors as the flat engine holds them, each with the
+numbers llama.cpp dequantizes: 4-bit types (Q4_0, Q4_1, Q4_K) as 4-bit values with a float32
+scale and offset per 32, the 2- to 8-bit types (Q2_K, Q3_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0) as
+signed 8-bit values with a float32 scale and offset per 16, and float types (F32, F16, BF16) as
+their own rows. Each scale and offset is a product of the file's numbers that float32 holds
+exactly, so q * scale + offset rounds as llama.cpp's dequantization does. Any other type is
+refused (exactness.NotExactError) unless requantizing was asked for."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from samchat.engines.torch.exactness import NotExactError
 from samchat.engines.torch.shape import LlamaShape
-from samchat.errors import ModelLoadError
+from samchat.errors import InexactError, ModelLoadError
 
 BLOCK = 32  # values per 4-bit group, and per group of activations rounded to 8 bits
 GROUP8 = 16  # values per group of 8-bit weights (the K-quants' smallest sub-block)
@@ -300,22 +300,63 @@ def _field(reader: Any, key: str, default: Any = None) -> Any:
     return field.contents()
 
 
+def _uniform(reader: Any, key: str, default: Any = None) -> int:
+    """A count that may be given per layer: one value for every layer, or InexactError."""
+    value = _field(reader, key, default)
+    if isinstance(value, list):
+        if len(set(value)) != 1:
+            raise InexactError(f"{key} differs between layers, which the flat engine does not run")
+        value = value[0]
+    return int(value)
+
+
+# The architectures the flat engine computes, and whether llama.cpp rotates their q and k in
+# interleaved pairs (llama: its converter reordered the rows for that, undone here) or in
+# halves (NEOX, as the forward does).
+FAMILIES = {"llama": True, "qwen2": False, "qwen3": False}
+
+# A layer's tensors, by the (part, kind) of their GGUF names, as shape.py names them.
 _NAMES = {
-    "attn_norm": "attn_norm",
-    "ffn_norm": "ffn_norm",
-    "attn_q": "q",
-    "attn_k": "k",
-    "attn_v": "v",
-    "attn_output": "o",
-    "ffn_gate": "gate",
-    "ffn_up": "up",
-    "ffn_down": "down",
+    ("attn_norm", "weight"): "attn_norm",
+    ("ffn_norm", "weight"): "ffn_norm",
+    ("attn_q", "weight"): "q",
+    ("attn_k", "weight"): "k",
+    ("attn_v", "weight"): "v",
+    ("attn_q", "bias"): "q_bias",
+    ("attn_k", "bias"): "k_bias",
+    ("attn_v", "bias"): "v_bias",
+    ("attn_output", "weight"): "o",
+    ("ffn_gate", "weight"): "gate",
+    ("ffn_up", "weight"): "up",
+    ("ffn_down", "weight"): "down",
 }
+# What only some architectures have (llama.cpp loads them for these alone).
+_QK_NORMS = {("attn_q_norm", "weight"): "q_norm", ("attn_k_norm", "weight"): "k_norm"}
+_ROTATED = ("q", "k", "q_bias", "k_bias")
+
+
+def _rope(reader: Any, arch: str, name: str) -> tuple[float, float]:
+    """The rotary scale (1 / the linear factor) and attention factor llama.cpp applies;
+    InexactError for a scaling it computes otherwise (YaRN, LongRoPE)."""
+    kind = str(_field(reader, f"{arch}.rope.scaling.type", "linear"))
+    factor = float(
+        _field(
+            reader, f"{arch}.rope.scaling.factor", _field(reader, f"{arch}.rope.scale_linear", 0.0)
+        )
+    )
+    if kind not in ("none", "linear"):
+        raise InexactError(
+            f"{name} uses {kind} rope scaling, which the flat engine does not compute"
+        )
+    scale = 1.0 if kind == "none" or factor == 0.0 else 1.0 / factor
+    return scale, float(_field(reader, f"{arch}.rope.scaling.attn_factor", 1.0))
 
 
 def read_gguf(path: Path, requantize: bool = False) -> tuple[LlamaShape, dict[str, Tensor]]:
-    """The shape and the tensors of a LLaMA GGUF file, named as shape.py names them:
-    "embed", "norm", "out" (absent when tied) and "<layer>.<q|k|v|o|gate|up|down|...>"."""
+    """The shape and the tensors of a llama, qwen2 or qwen3 GGUF file, named as shape.py names
+    them: "embed", "norm", "out" (absent when tied), "rope_freqs" (where the file has one) and
+    "<layer>.<q|k|v|o|gate|up|down|attn_norm|ffn_norm|q_bias|...|q_norm|k_norm>". Every tensor
+    of the file is one of these: any other is an InexactError, never dropped."""
     from gguf import GGUFReader
 
     try:
@@ -323,44 +364,69 @@ def read_gguf(path: Path, requantize: bool = False) -> tuple[LlamaShape, dict[st
     except Exception as exc:  # gguf raises ValueError, struct.error, ...: all "unreadable"
         raise ModelLoadError(f"could not read {path}: not a readable GGUF file ({exc})") from exc
     arch = str(_field(reader, "general.architecture"))
-    if arch != "llama":
-        raise ModelLoadError(
-            f"{path.name} is a {arch} model; --dtype int4/int8 runs LLaMA-family models "
-            "(use --dtype float32, or --engine llamacpp)"
+    if arch not in FAMILIES:
+        raise InexactError(
+            f"{path.name} is a {arch} model; the flat engine runs {', '.join(FAMILIES)} models"
         )
-    heads = int(_field(reader, "llama.attention.head_count"))
-    hidden = int(_field(reader, "llama.embedding_length"))
+    heads = _uniform(reader, f"{arch}.attention.head_count")
+    hidden = int(_field(reader, f"{arch}.embedding_length"))
+    head_dim = int(_field(reader, f"{arch}.attention.key_length", hidden // heads))
+    values = int(_field(reader, f"{arch}.attention.value_length", head_dim))
+    rotated = int(_field(reader, f"{arch}.rope.dimension_count", head_dim))
+    if values != head_dim or rotated != head_dim:
+        raise InexactError(
+            f"{path.name} has keys of {head_dim}, values of {values} and {rotated} rotated "
+            "dimensions; the flat engine runs heads that are all three alike"
+        )
+    context = int(_field(reader, f"{arch}.context_length"))
+    # A sliding window (Mistral) attends to the last W positions: within W, every position
+    # attends to all before it, so the context stops there and every row is the file's model.
+    window = int(_field(reader, f"{arch}.attention.sliding_window", 0))
+    if 0 < window < context:
+        context = window
+    scale, attn = _rope(reader, arch, path.name)
     shape = LlamaShape(
-        layers=int(_field(reader, "llama.block_count")),
+        layers=_uniform(reader, f"{arch}.block_count"),
         hidden=hidden,
-        ffn=int(_field(reader, "llama.feed_forward_length")),
+        ffn=_uniform(reader, f"{arch}.feed_forward_length"),
         heads=heads,
-        kv_heads=int(_field(reader, "llama.attention.head_count_kv", heads)),
-        head_dim=int(_field(reader, "llama.rope.dimension_count", hidden // heads)),
+        kv_heads=_uniform(reader, f"{arch}.attention.head_count_kv", heads),
+        head_dim=head_dim,
         vocab=0,
-        context=int(_field(reader, "llama.context_length")),
-        eps=float(_field(reader, "llama.attention.layer_norm_rms_epsilon")),
-        rope_base=float(_field(reader, "llama.rope.freq_base", 10000.0)),
+        context=context,
+        eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
+        rope_base=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
+        arch=arch,
+        rope_scale=scale,
+        rope_attn=attn,
     )
+    names = dict(_NAMES)
+    if arch == "qwen3":
+        names.update(_QK_NORMS)
+    top = {"token_embd.weight": "embed", "output_norm.weight": "norm", "output.weight": "out"}
+    if arch == "llama":
+        top["rope_freqs.weight"] = "rope_freqs"
     out: dict[str, Tensor] = {}
     for t in reader.tensors:
         name = str(t.name)
-        if name == "token_embd.weight":
-            out["embed"] = decode(t, requantize)
-        elif name == "output_norm.weight":
-            out["norm"] = decode(t, requantize)
-        elif name == "output.weight":
-            out["out"] = decode(t, requantize)
-        elif name.startswith("blk."):
-            _, layer, part, _ = name.split(".", 3)
-            if part not in _NAMES:
-                raise ModelLoadError(f"{path.name}: tensor {name} is not of a LLaMA model")
-            w = decode(t, requantize)
-            if part in ("attn_q", "attn_k"):
-                w = _unpermute(w, heads if part == "attn_q" else shape.kv_heads)
-            out[f"{layer}.{_NAMES[part]}"] = w
+        key = top.get(name)
+        if key is None and name.startswith("blk."):
+            layer, part, kind = [*name.split(".", 3), "", ""][1:4]
+            known = names.get((part, kind))
+            ours = known is not None and layer.isdigit() and int(layer) < shape.layers
+            key = f"{layer}.{known}" if ours else None
+        if key is None:
+            raise InexactError(
+                f"{path.name} has a tensor {name} that the flat engine does not compute"
+            )
+        w = decode(t, requantize)
+        if FAMILIES[arch] and key.split(".")[-1] in _ROTATED:
+            w = _unpermute(w, heads if ".q" in key else shape.kv_heads)
+        out[key] = w
     embed = out.get("embed")
     if embed is None or "norm" not in out:
         raise ModelLoadError(f"{path.name} has no token embedding or output norm")
+    if arch == "qwen3" and any(f"{i}.q_norm" not in out for i in range(shape.layers)):
+        raise ModelLoadError(f"{path.name} is a qwen3 model without its q/k norms")
     shape.vocab = int(embed.shape[0])
     return shape, out

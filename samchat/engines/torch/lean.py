@@ -1,22 +1,29 @@
-"""A lean LLaMA forward on weight-only int4/int8 linears (CPU), whose every row is computed the
-same way whatever the number of rows, so that verifying k drafted tokens gives the logits k
-one-token steps would, bit for bit.
+"""A lean forward of llama, qwen2 and qwen3 models on weight-only int4/int8 linears (CPU),
+whose every row is computed the same way whatever the number of rows, so that verifying k
+drafted tokens gives the logits k one-token steps would, bit for bit.
 
-Linears and the element-wise parts (rms_norm, rotary, SiLU) are row-exact as they are; attention
-is not when its rows share one call (a k-row bfloat16 SDPA rounds differently from a one-row
-one). So each row is its own attention problem, defined by its own position p alone: the keys
-of its sequence (the cache, then its own ancestors) split at B = p rounded down to 64 into a
-prefix [0, B) and a tail [B, p] padded to 64 keys. Both halves are batched over rows (one row
-per batch entry, which the CPU kernel computes alone) and merged by their log-sum-exp. A step
-and a verification row at the same position pose the very same two problems."""
+Linears and the element-wise parts (biases, rms_norm, rotary, SiLU) are row-exact as they are;
+attention is not when its rows share one call (a k-row bfloat16 SDPA rounds differently from a
+one-row one). So each row is its own attention problem, defined by its own position p alone:
+the keys of its sequence (the cache, then its own ancestors) split at B = p rounded down to 64
+into a prefix [0, B) and a tail [B, p] padded to 64 keys. Both halves are batched over rows
+(one row per batch entry, which the CPU kernel computes alone) and merged by their
+log-sum-exp. A step and a verification row at the same position pose the very same two
+problems.
+
+This is the fallback where the native forward (native/) cannot be built. Its linears are
+torch's int4/int8 kernels on bfloat16 activations and its attention torch's, so its logits
+are near the native forward's but not equal to them: each forward's rows are exact on their
+own, and the engine choice is kept per forward (models/engine_choice.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -26,6 +33,7 @@ from samchat.engines.torch.shape import LlamaShape
 if TYPE_CHECKING:
     from samchat.engines.torch.native.forward import NativeModel
 
+_LINEARS = ("qkv", "o", "gu", "down")
 TAIL = 64  # keys of a row's tail problem; also the most rows a tree may have
 _FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
@@ -46,10 +54,37 @@ class Layer:
     o: Linear
     gate_up: Linear
     down: Linear
+    qkv_bias: torch.Tensor | None = None  # qwen2's
+    q_norm: torch.Tensor | None = None  # qwen3's, per head before the rotary
+    k_norm: torch.Tensor | None = None
+
+
+def rotary_tables(
+    shape: LlamaShape, factors: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of each position's rotary angles, (context + TAIL, head dim) float32 in
+    halves, sin's first half negated (rotate_half's sign). The angles are llama.cpp's, in its
+    float32 steps: theta = p, multiplied by base^(-2/d) once per frequency, divided by the
+    file's rope_freqs factor (Llama 3), times the linear scale; cos and sin times rope_attn."""
+    half = shape.head_dim // 2
+    step = np.power(np.float32(shape.rope_base), np.float32(-2.0 / shape.head_dim))
+    start = np.full((shape.context + TAIL, half), step, dtype=np.float32)
+    start[:, 0] = np.arange(shape.context + TAIL, dtype=np.float32)
+    theta: np.ndarray[Any, np.dtype[np.float32]]
+    theta = np.multiply.accumulate(start, axis=1, dtype=np.float32)
+    if factors is not None:
+        theta = np.divide(theta, factors.numpy().astype(np.float32), dtype=np.float32)
+    theta = np.multiply(theta, np.float32(shape.rope_scale), dtype=np.float32)
+    cos = np.cos(theta) * np.float32(shape.rope_attn)
+    sin = np.sin(theta) * np.float32(shape.rope_attn)
+    both = torch.from_numpy(np.concatenate([cos, cos], axis=1))
+    signed = torch.from_numpy(np.concatenate([-sin, sin], axis=1))
+    return both.contiguous(), signed.contiguous()
 
 
 class LeanModel:
-    """The packed weights of a LLaMA model, shared by every engine made from it."""
+    """The packed weights of a llama, qwen2 or qwen3 model, shared by every engine made from
+    it."""
 
     def __init__(self, fmt: str, shape: LlamaShape, t: dict[str, torch.Tensor], about: str):
         self.fmt = fmt
@@ -57,29 +92,27 @@ class LeanModel:
         self.config = shape  # what the registry and loader read (context, vocabulary)
         self.about = about  # where the packed weights came from, for describe()
         self.tensors = t
-        self.layers = [
-            Layer(
-                t[f"{i}.attn_norm"],
-                t[f"{i}.ffn_norm"],
-                *(
-                    Linear(fmt, t[f"{i}.{n}.w"], t[f"{i}.{n}.s"])
-                    for n in ("qkv", "o", "gu", "down")
-                ),
-            )
-            for i in range(shape.layers)
-        ]
+        self.layers = [self._layer(i) for i in range(shape.layers)]
         self.embed = Embedding.from_tensors(t)
         self.norm = t["norm"]
         self.out = Linear("int8", t["out.w"], t["out.s"])  # 8-bit: 4 bits cost 5% perplexity
-        inv = 1.0 / (
-            shape.rope_base ** (torch.arange(0, shape.head_dim, 2).float() / shape.head_dim)
-        )
-        freqs = torch.outer(torch.arange(shape.context + TAIL).float(), inv)
-        angles = torch.cat([freqs, freqs], dim=-1)
-        self.cos = angles.cos()
-        half = shape.head_dim // 2
-        self.sin = torch.cat([-angles[:, :half].sin(), angles[:, half:].sin()], dim=-1)
+        self.cos, self.sin = rotary_tables(shape, t.get("rope_freqs"))
         self.native: NativeModel | None = None  # the compiled forward, once go_native ran
+
+    def _layer(self, i: int) -> Layer:
+        t = self.tensors
+        lin = {n: Linear(self.fmt, t[f"{i}.{n}.w"], t[f"{i}.{n}.s"]) for n in _LINEARS}
+        return Layer(
+            t[f"{i}.attn_norm"],
+            t[f"{i}.ffn_norm"],
+            lin["qkv"],
+            lin["o"],
+            lin["gu"],
+            lin["down"],
+            qkv_bias=t.get(f"{i}.qkv.b"),
+            q_norm=t.get(f"{i}.q_norm"),
+            k_norm=t.get(f"{i}.k_norm"),
+        )
 
     def go_native(self, cache_dir: Path | None, say: Callable[[str], None]) -> str | None:
         """Hands the tensors to the compiled forward (built first where needed); None when
@@ -248,6 +281,11 @@ def run(
     device = torch.device("cpu")
     if parents is not None and n > TAIL:
         raise ValueError(f"a tree of {n} inputs is more than the {TAIL} verification takes")
+    if n <= 0 or not 0 <= logits_rows <= n:
+        raise ValueError(f"logits of {logits_rows} rows asked of a forward of {n}")
+    bad = [t for t in ids if not 0 <= t < s.vocab]
+    if bad:
+        raise IndexError(f"token id {bad[0]} is outside the vocabulary of {s.vocab}")
     length = cache.length
     cache.reserve(length + max(n, TAIL))
     plan = _Plan(cache, n, parents, device)
@@ -260,8 +298,15 @@ def run(
     heads = s.heads + s.kv_heads
     for i, layer in enumerate(model.layers):
         h = F.rms_norm(x, (s.hidden,), layer.attn_norm, s.eps).to(torch.bfloat16)
-        qkv = layer.qkv(h)
-        qk = _rotate(qkv[:, : hq + hk].float().view(n, heads, hd), cos, sin)
+        qkv = layer.qkv(h).float()
+        if layer.qkv_bias is not None:
+            qkv.add_(layer.qkv_bias)
+        qk = qkv[:, : hq + hk].view(n, heads, hd)
+        if layer.q_norm is not None and layer.k_norm is not None:
+            q = F.rms_norm(qk[:, : s.heads], (hd,), layer.q_norm, s.eps)
+            k = F.rms_norm(qk[:, s.heads :], (hd,), layer.k_norm, s.eps)
+            qk = torch.cat([q, k], dim=1)
+        qk = _rotate(qk, cos, sin)
         kv = cache.buf[i, :, at]
         kv[0] = qk[:, s.heads :]
         kv[1] = qkv[:, hq + hk :].view(n, s.kv_heads, hd)

@@ -149,7 +149,7 @@ class LeanMeter:
             "engine": "torch",
             "model": str(getattr(lm, "name", "")),
             "source": str(getattr(lm, "source", "")),
-            "shape": f"lean LLaMA, {self.model.parameters_count} parameters",
+            "shape": f"lean {self.model.shape.arch}, {self.model.parameters_count} parameters",
             "device": "cpu",
             "dtype": self.model.fmt,
             "forward": "native" if self._in_place else "python",
@@ -180,8 +180,10 @@ class LeanMeter:
 
     def describe(self) -> str:
         cap = torch.backends.cpu.get_cpu_capability()
+        # The Python forward runs torch's kernels: the same model, rounded otherwise.
         kind = "native" if self._in_place else "Python"
+        note = "" if self._in_place else " on torch's kernels (not the native forward's numbers)"
         return (
             f"torch {torch.__version__} ({self.model.fmt} weight-only on cpu, {cap}; {kind} lean "
-            f"LLaMA forward, rows exact; weights {self.model.about})"
+            f"{self.model.shape.arch} forward{note}, rows exact; weights {self.model.about})"
         )

@@ -28,7 +28,7 @@ from samchat.errors import ModelLoadError
 
 Say = Callable[[str], None]
 # Bumped when the packed layout or the quantization changes: older files are packed again.
-LAYOUT = "4"
+LAYOUT = "5"
 ALIGN = 64
 
 
@@ -97,9 +97,23 @@ def convert(
                     put(f"{i}.{name}", *tiles(ws, requantize))
             out[f"{i}.attn_norm"] = vector(tensors[f"{i}.attn_norm"])
             out[f"{i}.ffn_norm"] = vector(tensors[f"{i}.ffn_norm"])
+            biases = [tensors.get(f"{i}.{p}_bias") for p in ("q", "k", "v")]
+            if any(b is not None for b in biases):  # qwen2's; a missing one adds zeros
+                widths = (shape.heads, shape.kv_heads, shape.kv_heads)
+                out[f"{i}.qkv.b"] = torch.cat(
+                    [
+                        vector(b) if b is not None else torch.zeros(h * shape.head_dim)
+                        for b, h in zip(biases, widths, strict=True)
+                    ]
+                )
+            for norm in ("q_norm", "k_norm"):  # qwen3's, per head before the rotary
+                if f"{i}.{norm}" in tensors:
+                    out[f"{i}.{norm}"] = vector(tensors[f"{i}.{norm}"])
     except KeyError as exc:
         raise ModelLoadError(f"the model has no tensor {exc}; it is not a LLaMA model") from exc
     out["norm"] = vector(tensors["norm"])
+    if "rope_freqs" in tensors:  # Llama 3's: each rotary frequency divided by its factor
+        out["rope_freqs"] = vector(tensors["rope_freqs"])
     out.update(Embedding.of(tensors["embed"]).tensors())
     projection = tensors.get("out", tensors["embed"])
     out["out.w"], out["out.s"] = pack8([projection])

@@ -1,5 +1,5 @@
-"""The shape of a LLaMA-family model, as the lean forward needs it (read from a GGUF file's
-metadata or a Hugging Face config)."""
+"""The shape of a LLaMA-family model (llama, qwen2, qwen3), as the lean forward needs it (read
+from a GGUF file's metadata or a Hugging Face config)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,12 @@ class LlamaShape:
     context: int
     eps: float
     rope_base: float
+    arch: str = "llama"  # the GGUF architecture, as llama.cpp names it
+    # Rotary angles as llama.cpp computes them: position * base^(-2i/d) / rope_freqs[i] (where
+    # the file has a rope_freqs tensor), times rope_scale (1 / the linear scaling factor);
+    # cos and sin are then multiplied by rope_attn (the file's rope attention factor).
+    rope_scale: float = 1.0
+    rope_attn: float = 1.0
 
     # What the loader, the registry and the sessions read off a model's config.
     @property

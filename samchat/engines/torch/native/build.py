@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from samchat.engines.torch.native import SWITCH
+
 SOURCE = Path(__file__).with_name("lean.cpp")
 HEADERS = (Path(__file__).with_name("tiles.h"),)
 # No contraction into fused multiply-adds: a vector loop and its remainder then compute alike.
@@ -120,8 +122,8 @@ def load(cache_dir: Path | None, say: Callable[[str], None] | None = None) -> st
     """Loads the compiled core (building it first where needed). None when the ops are
     ready, else why they are not (the caller falls back to the Python forward)."""
     global _loaded
-    if os.environ.get("SAMCHAT_NATIVE_FORWARD", "1") == "0":
-        return "SAMCHAT_NATIVE_FORWARD=0"
+    if os.environ.get(SWITCH, "1") == "0":
+        return f"{SWITCH}=0"
     if cache_dir is None:
         return "no cache directory to keep the compiled forward in"
     with _lock:

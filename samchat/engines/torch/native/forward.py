@@ -1,6 +1,7 @@
 """Calling the native lean forward: the model's tensors handed over once, then one call per
-forward. A tree's rows are written in place (cache rows length + i), and each row attends to
-the cache and then its own ancestors, in order."""
+forward, which checks its inputs (a bad id, position, row count or shape raises IndexError or
+ValueError before anything is read). A tree's rows are written in place (cache rows length +
+i), and each row attends to the cache and then its own ancestors, in order."""
 
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ class NativeModel:
         tensors: list[torch.Tensor] = []
         for i in range(shape.layers):
             tensors += [t[f"{i}.attn_norm"], t[f"{i}.ffn_norm"]]
+            # qwen2's q/k/v bias, qwen3's q and k norms: empty where the model has none.
+            tensors += [t.get(f"{i}.{name}", empty) for name in ("qkv.b", "q_norm", "k_norm")]
         kinds: list[int] = []
         for prefix in [f"{i}.{name}" for i in range(shape.layers) for name in _LINEARS] + ["out"]:
             if f"{prefix}.kind" in t:  # tiles of the file's own numbers (quant.tiles)

@@ -1,5 +1,7 @@
-// The lean LLaMA forward in one native call: the linears on tiles (tiles.h) or on torch's
-// weight-only int4/int8 kernels, and plain loops for the rest (norms, rotary, attention, SiLU).
+// The lean forward of llama, qwen2 and qwen3 models in one native call: the linears on tiles
+// (tiles.h) or on torch's weight-only int4/int8 kernels, and plain loops for the rest (norms,
+// q/k/v biases, per-head q/k norms, rotary, attention, SiLU). Every input is checked before
+// anything is read: a bad id, position, row or shape raises a Python exception.
 //
 // Lossless drafting needs each row of a k-row verification to equal a one-token step bit for
 // bit. The linears give that by construction (one code path per row whatever the row count).
@@ -67,9 +69,11 @@ struct Lin {
 };
 
 struct Model {
-  int64_t layers, hidden, ffn, heads, kv, hd;
+  int64_t layers, hidden, ffn, heads, kv, hd, vocab;
   double eps;
   std::vector<at::Tensor> norms;  // per layer: attn_norm, ffn_norm
+  // Per layer: the q/k/v bias (qwen2), the q and k norms (qwen3); empty where the model has none.
+  std::vector<at::Tensor> extras;
   std::vector<Lin> lins;          // per layer: qkv, o, gate/up, down; then the output
   at::Tensor norm, embed_q, embed_d, embed_f, cos, sin;
 };
@@ -100,23 +104,34 @@ at::Tensor linear(const Lin& l, const at::Tensor& x) {
   }
 }
 
+// One row of d values, normalized and scaled by w (the model's norms, and qwen3's per head).
+void norm_row(const float* row, const float* w, float* o, int64_t d, double eps) {
+  float acc[LANES] = {0};
+  int64_t j = 0;
+  for (; j + LANES <= d; j += LANES)
+    for (int64_t l = 0; l < LANES; ++l) acc[l] += row[j + l] * row[j + l];
+  for (; j < d; ++j) acc[0] += row[j] * row[j];
+  const float mean = lane_sum(acc) / static_cast<float>(d);
+  const float inv = 1.0f / std::sqrt(mean + static_cast<float>(eps));
+  for (j = 0; j < d; ++j) o[j] = row[j] * inv * w[j];
+}
+
 // x (n, hidden) float32 -> (n, hidden) float32, normalized and scaled by w.
 void rms_norm(const Model& m, const float* x, const float* w, float* out, int64_t n) {
   const int64_t d = m.hidden;
   at::parallel_for(0, n, 16, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      const float* row = x + i * d;
-      float acc[LANES] = {0};
-      int64_t j = 0;
-      for (; j + LANES <= d; j += LANES)
-        for (int64_t l = 0; l < LANES; ++l) acc[l] += row[j + l] * row[j + l];
-      for (; j < d; ++j) acc[0] += row[j] * row[j];
-      const float mean = lane_sum(acc) / static_cast<float>(d);
-      const float inv = 1.0f / std::sqrt(mean + static_cast<float>(m.eps));
-      float* o = out + i * d;
-      for (j = 0; j < d; ++j) o[j] = row[j] * inv * w[j];
-    }
+    for (int64_t i = lo; i < hi; ++i) norm_row(x + i * d, w, out + i * d, d, m.eps);
   });
+}
+
+bool present(const at::Tensor& t) { return t.defined() && t.numel() > 0; }
+
+// A float32 vector of `count` values (or none at all, where `optional`).
+void check_vector(const at::Tensor& t, int64_t count, bool optional, const char* what) {
+  if (optional && !present(t)) return;
+  TORCH_CHECK_VALUE(t.scalar_type() == at::kFloat && t.is_contiguous() && t.dim() == 1 &&
+                        t.numel() == count,
+                    what, ": ", count, " contiguous float32 values expected, got ", t.sizes());
 }
 
 // x += y, element by element.
@@ -140,11 +155,20 @@ int64_t lean_load(std::vector<at::Tensor> t, std::vector<int64_t> kinds,
   m->eps = eps;
   const int64_t lins = m->layers * 4 + 1;
   TORCH_CHECK(static_cast<int64_t>(kinds.size()) == lins, "one kind per linear");
-  TORCH_CHECK(static_cast<int64_t>(t.size()) == m->layers * 2 + lins * 3 + 6, "tensor count");
+  TORCH_CHECK(static_cast<int64_t>(t.size()) == m->layers * 5 + lins * 3 + 6, "tensor count");
   auto it = t.begin();
+  const int64_t width = (m->heads + 2 * m->kv) * m->hd;
   for (int64_t i = 0; i < m->layers; ++i) {
-    m->norms.push_back(*it++);
-    m->norms.push_back(*it++);
+    check_vector(it[0], m->hidden, false, "attn_norm");
+    check_vector(it[1], m->hidden, false, "ffn_norm");
+    check_vector(it[2], width, true, "q/k/v bias");
+    check_vector(it[3], m->hd, true, "q norm");
+    check_vector(it[4], m->hd, true, "k norm");
+    TORCH_CHECK_VALUE(present(it[3]) == present(it[4]), "q and k norms go together");
+    m->norms.push_back(it[0]);
+    m->norms.push_back(it[1]);
+    for (int k = 2; k < 5; ++k) m->extras.push_back(it[k]);
+    it += 5;
   }
   for (int64_t i = 0; i < lins; ++i) {
     Lin l{static_cast<Kind>(kinds[i]), it[0], it[1], it[2]};
@@ -157,6 +181,27 @@ int64_t lean_load(std::vector<at::Tensor> t, std::vector<int64_t> kinds,
   m->embed_f = *it++;
   m->cos = *it++;
   m->sin = *it++;
+  check_vector(m->norm, m->hidden, false, "output norm");
+  if (present(m->embed_f)) {
+    TORCH_CHECK_VALUE(m->embed_f.scalar_type() == at::kFloat && m->embed_f.dim() == 2 &&
+                          m->embed_f.size(1) == m->hidden && m->embed_f.is_contiguous(),
+                      "embedding: (vocab, hidden) float32 expected");
+    m->vocab = m->embed_f.size(0);
+  } else {
+    TORCH_CHECK_VALUE(m->embed_q.scalar_type() == at::kChar && m->embed_q.dim() == 2 &&
+                          m->embed_q.size(1) == m->hidden && m->hidden % 16 == 0 &&
+                          m->embed_q.is_contiguous() && m->embed_d.is_contiguous() &&
+                          m->embed_d.scalar_type() == at::kFloat &&
+                          m->embed_d.numel() == m->embed_q.size(0) * (m->hidden / 16) * 2,
+                      "embedding: (vocab, hidden) int8 and a float32 scale and offset per 16 "
+                      "expected");
+    m->vocab = m->embed_q.size(0);
+  }
+  for (const at::Tensor* table : {&m->cos, &m->sin})
+    TORCH_CHECK_VALUE(table->scalar_type() == at::kFloat && table->dim() == 2 &&
+                          table->size(1) == m->hd && table->is_contiguous() &&
+                          table->size(0) == m->cos.size(0),
+                      "rotary tables: (positions, head dim) float32 expected");
   std::lock_guard<std::mutex> guard(registry_lock);
   registry.push_back(m);
   return static_cast<int64_t>(registry.size()) - 1;
@@ -176,21 +221,55 @@ at::Tensor lean_forward(int64_t handle, const at::Tensor& ids, const at::Tensor&
                         int64_t logits_rows) {
   const std::shared_ptr<Model> mp = model_at(handle);
   const Model& m = *mp;
-  const int64_t n = ids.numel();
   const int64_t H = m.hidden, hd = m.hd, heads = m.heads, kvh = m.kv, group = heads / kvh;
+  // Everything below reads only where these checks allow.
+  TORCH_CHECK_VALUE(ids.scalar_type() == at::kLong && ids.dim() == 1 && ids.is_contiguous(),
+                    "ids: a contiguous int64 vector expected");
+  const int64_t n = ids.numel();
+  TORCH_CHECK_VALUE(n > 0, "no inputs to forward");
+  TORCH_CHECK_VALUE(cache.scalar_type() == at::kBFloat16 && cache.is_contiguous() &&
+                        cache.dim() == 5 && cache.size(0) == m.layers && cache.size(1) == 2 &&
+                        cache.size(3) == kvh && cache.size(4) == hd,
+                    "the cache is not (layers, 2, rows, kv heads, head dim) bfloat16 of this "
+                    "model: ", cache.sizes());
   const int64_t cap = cache.size(2);
-  TORCH_CHECK(cache.scalar_type() == at::kBFloat16 && cache.is_contiguous(), "cache layout");
-  TORCH_CHECK(length + n <= cap, "the cache has no room for ", n, " more rows");
+  TORCH_CHECK_INDEX(length >= 0 && length + n <= cap, "rows ", length, "..", length + n - 1,
+                    " are outside the cache's ", cap, " rows");
+  TORCH_CHECK_VALUE(logits_rows >= 0 && logits_rows <= n, "logits of ", logits_rows,
+                    " rows asked of a forward of ", n);
+  const int64_t* idp = ids.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i)
+    TORCH_CHECK_INDEX(idp[i] >= 0 && idp[i] < m.vocab, "token id ", idp[i],
+                      " is outside the vocabulary of ", m.vocab);
   const bool seq = off.numel() == 0;
-  const int64_t* a = seq ? nullptr : anc.data_ptr<int64_t>();
-  const int64_t* o = seq ? nullptr : off.data_ptr<int64_t>();
+  const int64_t* a = nullptr;
+  const int64_t* o = nullptr;
+  if (!seq) {
+    TORCH_CHECK_VALUE(off.scalar_type() == at::kLong && off.dim() == 1 && off.is_contiguous() &&
+                          off.numel() == n + 1 && anc.scalar_type() == at::kLong &&
+                          anc.dim() == 1 && anc.is_contiguous(),
+                      "a tree: ", n + 1, " int64 offsets and an int64 ancestor list expected");
+    a = anc.data_ptr<int64_t>();
+    o = off.data_ptr<int64_t>();
+    TORCH_CHECK_VALUE(o[0] == 0 && o[n] == anc.numel(), "tree offsets do not span the ancestors");
+    for (int64_t i = 0; i < n; ++i) {
+      TORCH_CHECK_VALUE(o[i + 1] > o[i] && o[i + 1] <= o[n], "tree offsets must increase");
+      for (int64_t k = o[i]; k < o[i + 1]; ++k)
+        TORCH_CHECK_INDEX(a[k] >= 0 && a[k] <= i && (k > o[i] ? a[k] > a[k - 1] : true),
+                          "row ", i, "'s ancestors must be earlier rows, in order");
+      TORCH_CHECK_VALUE(a[o[i + 1] - 1] == i, "row ", i, "'s ancestry must end with itself");
+    }
+  }
   std::vector<int64_t> pos(n);
-  for (int64_t i = 0; i < n; ++i) pos[i] = length + (seq ? i : o[i + 1] - o[i] - 1);
+  for (int64_t i = 0; i < n; ++i) {
+    pos[i] = length + (seq ? i : o[i + 1] - o[i] - 1);
+    TORCH_CHECK_INDEX(pos[i] < m.cos.size(0), "position ", pos[i], " is past the rotary tables' ",
+                      m.cos.size(0));
+  }
 
   // The embedding's exact rows.
   at::Tensor x = at::empty({n, H}, at::kFloat);
   float* xp = x.data_ptr<float>();
-  const int64_t* idp = ids.data_ptr<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
     float* row = xp + i * H;
     if (m.embed_f.defined() && m.embed_f.numel()) {
@@ -224,14 +303,27 @@ at::Tensor lean_forward(int64_t handle, const at::Tensor& ids, const at::Tensor&
     uint16_t* vc = cp + (L * 2 + 1) * cap * kvh * hd;
     rms_norm(m, xp, m.norms[L * 2].data_ptr<float>(), hp, n);
     at::Tensor qkv = linear(lin[0], h);
-    const float* qkvp = qkv.data_ptr<float>();
-    // Rotary on q (kept in float32) and k (rounded into the cache); v copied as it is.
+    float* qkvp = qkv.data_ptr<float>();
+    const at::Tensor& bias = m.extras[L * 3];
+    const at::Tensor& qn = m.extras[L * 3 + 1];
+    const at::Tensor& kn = m.extras[L * 3 + 2];
+    // The bias (qwen2), then per head the q/k norm (qwen3) and the rotary on q (kept in
+    // float32) and k (rounded into the cache); v copied as it is.
     for (int64_t i = 0; i < n; ++i) {
-      const float* row = qkvp + i * width;
+      float* row = qkvp + i * width;
+      if (present(bias)) {
+        const float* b = bias.data_ptr<float>();
+        for (int64_t j = 0; j < width; ++j) row[j] += b[j];
+      }
       const float* c = cosp + pos[i] * hd;
       const float* s = sinp + pos[i] * hd;
       for (int64_t g = 0; g < heads + kvh; ++g) {
         const float* src = row + g * hd;
+        float normed[512];
+        if (present(qn)) {
+          norm_row(src, (g < heads ? qn : kn).data_ptr<float>(), normed, hd, m.eps);
+          src = normed;
+        }
         float r[512];
         for (int64_t j = 0; j < half; ++j) {
           const float lo = src[j], hi = src[j + half];
