@@ -29,8 +29,9 @@ def test_every_kind_names_an_engine_that_opens() -> None:
     for kind in KINDS:
         assert engine_kind(kind.name) is kind
         cls = _resolves(kind.engine_class)
-        for op in ("prefill", "forward", "commit", "crop", "cost_curve", "describe"):
+        for op in ("prefill", "forward", "commit", "crop"):
             assert callable(getattr(cls, op)), (kind.name, op)
+        assert isinstance(getattr(cls, "meter", None), property), kind.name
         hooks = (kind.opener, kind.weights, kind.option_checks, kind.prepare, kind.auto_device)
         for ref in filter(None, hooks):
             assert callable(_resolves(ref)), (kind.name, ref)
@@ -48,10 +49,11 @@ def test_every_kind_names_an_engine_that_opens() -> None:
 def test_the_torch_dtypes_name_its_packed_formats() -> None:
     """The registry and the option checks name the int4/int8 formats without importing torch;
     quant.py defines them."""
+    from samchat.engines.torch.exactness import REQUANTIZED
     from samchat.engines.torch.packed_loading import PACKED_DTYPES
     from samchat.engines.torch.quant import FORMATS
 
-    assert PACKED_DTYPES == FORMATS and set(FORMATS) <= set(DEFAULT.dtypes)
+    assert PACKED_DTYPES == (*FORMATS, REQUANTIZED) and set(PACKED_DTYPES) <= set(DEFAULT.dtypes)
 
 
 def test_no_engine_name_is_compared_outside_the_engines_package() -> None:

@@ -75,7 +75,7 @@ def test_the_app_and_serve_take_the_faster_kept(
     tmp_path: Path, speeds: list[EngineSpeed], winner: tuple[str, str]
 ) -> None:
     chosen = preferred(ModelSpec(), _kept_record(tmp_path, speeds))
-    assert chosen == replace(ModelSpec(), engine=winner[0], dtype=winner[1])
+    assert chosen == replace(ModelSpec(), engine=winner[0], dtype=winner[1], auto_engine=True)
 
 
 @RECORDS
