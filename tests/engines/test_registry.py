@@ -53,7 +53,7 @@ def test_the_torch_dtypes_name_its_packed_formats() -> None:
     from samchat.engines.torch.packed_loading import PACKED_DTYPES
     from samchat.engines.torch.quant import FORMATS
 
-    assert PACKED_DTYPES == (*FORMATS, REQUANTIZED) and set(PACKED_DTYPES) <= set(DEFAULT.dtypes)
+    assert (*FORMATS, REQUANTIZED) == PACKED_DTYPES and set(PACKED_DTYPES) <= set(DEFAULT.dtypes)
 
 
 def test_no_engine_name_is_compared_outside_the_engines_package() -> None:
