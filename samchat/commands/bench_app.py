@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from samchat.cli_options import add_model_options, spec_from_args
+from samchat.commands.bench_latency import positive
 from samchat.errors import SamchatError
 from samchat.names import METHODS, Method
 
@@ -19,16 +20,6 @@ QUESTIONS = (
     "Explain in three short paragraphs how a hash table handles collisions.",
     "Write a haiku about autumn, then explain its imagery line by line.",
 )
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 def register_bench(sub: Any) -> None:
@@ -47,9 +38,9 @@ def register_bench(sub: Any) -> None:
         default="plain,sam+tr",
         help="comma-separated decoding methods (default: plain,sam+tr)",
     )
-    parser.add_argument("--max-new-tokens", type=_positive, default=256)
+    parser.add_argument("--max-new-tokens", type=positive, default=256)
     parser.add_argument(
-        "--rounds", type=_positive, default=2, help="rounds of every question (default: 2)"
+        "--rounds", type=positive, default=2, help="rounds of every question (default: 2)"
     )
     parser.add_argument("--json", type=Path, default=None, help="write every run here too")
     add_model_options(parser)

@@ -23,7 +23,8 @@ def _doc_tokens(text: str) -> tuple[int, ...]:
     return values
 
 
-def _positive(text: str) -> int:
+def positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
     try:
         value = int(text)
     except ValueError:
@@ -51,8 +52,8 @@ def register_bench(sub: Any) -> None:
         metavar="N,N",
         help="document prompt lengths in tokens, comma-separated ('' for none; default 1500,4000)",
     )
-    parser.add_argument("--repeat", type=_positive, default=3, help="warm runs of each (median)")
-    parser.add_argument("--max-new-tokens", type=_positive, default=64)
+    parser.add_argument("--repeat", type=positive, default=3, help="warm runs of each (median)")
+    parser.add_argument("--max-new-tokens", type=positive, default=64)
     parser.add_argument(
         "--no-first-use",
         action="store_true",
