@@ -20,8 +20,8 @@ T = TypeVar("T")
 
 
 class EngineThread:
-    """Runs calls on one long-lived daemon thread, in the order they come; a call made on that
-    thread itself runs at once (so a call may nest another)."""
+    """Runs calls on one long-lived daemon thread, in the order they come, once started (the
+    app's launcher starts it); before, or on that thread itself, a call runs where it is made."""
 
     def __init__(self, name: str = "samchat-engine") -> None:
         self.name = name
@@ -39,7 +39,7 @@ class EngineThread:
 
     def run(self, fn: Callable[[], T]) -> T:
         """fn() on the engine thread, waited for: its result, or its exception raised here."""
-        if threading.current_thread() is self._thread:
+        if self._thread is None or threading.current_thread() is self._thread:
             return fn()
         future: Future[T] = Future()
 
@@ -51,7 +51,7 @@ class EngineThread:
             except BaseException as exc:  # raised again in the caller's thread, never lost
                 future.set_exception(exc)
 
-        self.start()
+        self.start()  # again, should the thread have died
         self._calls.put(call)
         return future.result()
 

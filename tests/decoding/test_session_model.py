@@ -319,14 +319,15 @@ def test_context_limit_trims_old_turns_and_ends_cleanly(default_lm: Any) -> None
 
 def test_bad_inputs_are_one_line_errors(default_lm: Any) -> None:
     session = ChatSession(default_lm, DecodingConfig(method="plain"))
-    for params in (
-        SamplingParams(max_new_tokens=0),
-        SamplingParams(temperature=-1.0),
-        SamplingParams(top_p=0.0),
-        SamplingParams(top_k=-2),
-    ):
-        with pytest.raises(SamchatError):
-            list(session.generate(MSG, params))
+    bad: tuple[dict[str, Any], ...] = (
+        {"max_new_tokens": 0},
+        {"temperature": -1.0},
+        {"top_p": 0.0},
+        {"top_k": -2},
+    )
+    for values in bad:
+        with pytest.raises(SamchatError):  # checked once, where the params are made
+            SamplingParams(**values)
     with pytest.raises(SamchatError, match="no messages"):
         list(session.generate([], SamplingParams()))
     with pytest.raises(SamchatError, match="role"):

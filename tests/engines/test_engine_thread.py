@@ -1,5 +1,6 @@
-"""The engine thread: every call runs on one long-lived thread, in order; results and errors
-come back to the caller; a call from the engine thread itself runs at once."""
+"""The engine thread: once started, every call runs on one long-lived thread, in order;
+results and errors come back to the caller; a call from the engine thread itself, or before it
+is started, runs at once where it is made."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from samchat.engines.engine_thread import EngineThread
 
 def test_calls_from_many_threads_run_on_one_thread_in_turn() -> None:
     engine = EngineThread("test-engine")
+    assert engine.run(threading.get_ident) == threading.get_ident()  # not started: here
+    engine.start()
     seen: list[int] = []
     busy = threading.Lock()
 
@@ -40,6 +43,7 @@ def test_calls_from_many_threads_run_on_one_thread_in_turn() -> None:
 
 def test_an_error_comes_back_to_the_caller_and_the_thread_goes_on() -> None:
     engine = EngineThread("test-engine")
+    engine.start()
 
     def fail() -> None:
         raise ValueError("bad input")
@@ -51,4 +55,5 @@ def test_an_error_comes_back_to_the_caller_and_the_thread_goes_on() -> None:
 
 def test_a_call_made_on_the_engine_thread_runs_at_once() -> None:
     engine = EngineThread("test-engine")
+    engine.start()
     assert engine.run(lambda: engine.run(lambda: "nested")) == "nested"

@@ -89,8 +89,12 @@ def test_the_config_holds_every_knob_with_its_declared_default() -> None:
 @pytest.mark.parametrize("knob", ALL_KNOBS, ids=knob_ids)
 def test_config_file_round_trips_every_knob(knob: Knob, tmp_path: Path) -> None:
     cfg = Config()
-    table = cfg.decoding if knob.section == "decoding" else cfg.sampling
-    setattr(table, knob.name, other_value(knob))
+    if knob.section == "decoding":
+        setattr(cfg.decoding, knob.name, other_value(knob))
+        table: object = cfg.decoding
+    else:  # SamplingParams is frozen: a changed copy
+        cfg.sampling = dataclasses.replace(cfg.sampling, **{knob.name: other_value(knob)})
+        table = cfg.sampling
     path = save_config(cfg, Config(), tmp_path / "config.toml")
     saved = tomllib.loads(path.read_text(encoding="utf-8"))
     written = saved[knob.section][knob.name]
