@@ -127,7 +127,10 @@ async def test_stop_keeps_the_partial_reply(
 
 
 async def test_a_long_prompt_shows_its_reading_and_esc_stops_it(
-    make_app: Callable[..., SamchatApp], store: Store, gguf_lm: Any
+    make_app: Callable[..., SamchatApp],
+    store: Store,
+    gguf_lm: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A prompt of several llama.cpp prefill pieces: the reply's view shows what is read, with
     a bar, before the first token; Esc stops the reading, the reply ends cancelled and empty,
@@ -135,13 +138,25 @@ async def test_a_long_prompt_shows_its_reading_and_esc_stops_it(
     from textual.widgets import ProgressBar
 
     from samchat.engines.costs import CostCurve
+    from samchat.engines.llamacpp.engine import LlamaCppEngine
     from tests.decoding.prompts import LONG_CONTEXT
 
+    # The second piece waits until Esc is pressed: on a busy machine the whole prompt can be
+    # read between two of the UI's frames, and the bar must be seen while reading goes on.
+    gate = threading.Event()
+    pieces: list[int] = []
+    prefill = LlamaCppEngine.prefill
+
+    def held(self: LlamaCppEngine, ids: list[int], logits: int = 0) -> Any:
+        pieces.append(len(ids))
+        if len(pieces) == 2:
+            assert gate.wait(120), "Esc never came"
+        return prefill(self, ids, logits)
+
+    monkeypatch.setattr(LlamaCppEngine, "prefill", held)
     app = make_app(lm=gguf_lm, config=config(16), cost_curve=CostCurve.default("cpu"))
     async with app.run_test(size=(120, 36)) as pilot:
-        # Twice the text, and Esc while at least half is left to read: under load the key can
-        # take a while to land, and it must land while the prompt is still read.
-        text = "\n\n".join(LONG_CONTEXT * 2)
+        text = "\n\n".join(LONG_CONTEXT)
         await send(pilot, app, text + "\n\nSummarise the text above.")
 
         def bar() -> ProgressBar | None:
@@ -152,21 +167,26 @@ async def test_a_long_prompt_shows_its_reading_and_esc_stops_it(
             shown = bar()
             if shown is None or not shown.display or shown.total is None:
                 return False
-            return 0 < (shown.progress or 0) <= shown.total / 2
+            return 0 < (shown.progress or 0) < shown.total
 
-        await wait_for(pilot, reading, 120)
-        assert app.chat.conversation.replies.job is not None
-        view = app.chat.conversation.replies.job.view
-        label = str(view.query_one(".msg-reading-label", Static).render())
-        assert "tokens of the prompt" in label and "esc stops" in label
-        shown = bar()
-        assert shown is not None and shown.total is not None and shown.total > 2 * 256
-        await pilot.press("escape")
+        try:
+            await wait_for(pilot, reading, 120)
+            assert app.chat.conversation.replies.job is not None
+            view = app.chat.conversation.replies.job.view
+            label = str(view.query_one(".msg-reading-label", Static).render())
+            assert "tokens of the prompt" in label and "esc stops" in label
+            shown = bar()
+            assert shown is not None and shown.total is not None and shown.total > 2 * 256
+            assert shown.progress == pieces[0]
+            await pilot.press("escape")
+        finally:
+            gate.set()
         await wait_for(pilot, lambda: app.chat.replies_finished == 1, 60)
         assert app.chat.chat_id is not None
         (stored,) = replies(store, app.chat.chat_id)
         assert stored.finish_reason == "cancelled" and stored.content == ""
         assert not view.query_one(".msg-reading", ProgressBar).display
+        assert len(pieces) == 2  # Esc read no piece after the one it met
 
 
 async def test_regenerate_branches_and_edit_resends(
