@@ -30,6 +30,7 @@ class LiveStats:
     last_t: float = 0.0
     first_t: float = 0.0  # when the first text came
     first_tokens: int = 0  # the tokens that came with it (the rate counts those after)
+    decode_t: float = 0.0  # when decoding began: the first step's end less its forward
     final: ReplyStats | None = None  # the engine's figures, once done
     # The live tok/s and speedup last shown before the engine's figures replaced them.
     shown_at_end: tuple[float, float] = (0.0, 0.0)
@@ -45,7 +46,10 @@ class LiveStats:
             self.speeds.append(n_tokens / (t - prev))
         self.last_t = t
 
-    def on_step(self, forward_s: float, plain: bool = False) -> None:
+    def on_step(self, forward_s: float, plain: bool = False, t: float = 0.0) -> None:
+        """One verification step of `forward_s`, ended at `t` (0: not known)."""
+        if t and not self.decode_t:
+            self.decode_t = t - forward_s
         self.steps += 1
         self.forward_s += forward_s
         if plain and forward_s > 0:
@@ -54,8 +58,8 @@ class LiveStats:
 
     def apply(self, batch: FeedBatch) -> None:
         """A frame's worth of a reply's events (samchat.chat.reply_feed), in order."""
-        for forward_s, plain in batch.steps:
-            self.on_step(forward_s, plain)
+        for forward_s, plain, t in batch.steps:
+            self.on_step(forward_s, plain, t)
         for n_tokens, sources, t in batch.deltas:
             self.on_delta(n_tokens, sources, t)
 
@@ -80,10 +84,14 @@ class LiveStats:
 
     @property
     def tokens_per_s(self) -> float:
-        """Decoding speed: the tokens after the first text over the time since it, as the
-        engine's own figure leaves the prompt's reading out (0 = too early to tell)."""
+        """Decoding speed as the engine counts it: every reply token over the time since
+        decoding began (the prompt's reading left out). Where the steps are not known (a
+        server's reply), the tokens after the first text over the time since it: a first text
+        of many drafted tokens would otherwise be left out (0 = too early to tell)."""
         if self.final is not None:
             return self.final.tokens_per_s
+        if self.decode_t and self.last_t > self.decode_t:
+            return self.tokens / (self.last_t - self.decode_t)
         after, elapsed = self.tokens - self.first_tokens, self.last_t - self.first_t
         return after / elapsed if elapsed > 0 and after > 0 else 0.0
 

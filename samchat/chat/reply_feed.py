@@ -17,7 +17,8 @@ class FeedBatch:
     text: str = ""
     pieces: list[tuple[str, str]] = field(default_factory=list)  # (text, drafter) runs
     deltas: list[tuple[int, list[str], float]] = field(default_factory=list)  # tokens, drafters, t
-    steps: list[tuple[float, bool]] = field(default_factory=list)  # forward seconds, plain
+    # forward seconds, plain, when the step ended
+    steps: list[tuple[float, bool, float]] = field(default_factory=list)
 
 
 class ReplyFeed:
@@ -37,9 +38,10 @@ class ReplyFeed:
             self._batch.pieces.extend(pieces)
             self._batch.deltas.append((tokens, sources, t))
 
-    def add_step(self, forward_s: float, plain: bool) -> None:
+    def add_step(self, forward_s: float, plain: bool, t: float) -> None:
+        """A StepStats: its forward's seconds, whether it was plain, when it ended."""
         with self._lock:
-            self._batch.steps.append((forward_s, plain))
+            self._batch.steps.append((forward_s, plain, t))
 
     def take(self) -> FeedBatch | None:
         """What came since the last take (None: nothing)."""

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import os
 import sys
+from functools import partial
 from typing import Any
 
 from samchat import interrupts, paths
@@ -70,6 +71,7 @@ def _require_extra() -> None:
 def run(args: argparse.Namespace) -> int:
     _require_extra()
     from samchat.chat.config import load_config
+    from samchat.engines.engine_thread import ENGINE_THREAD
     from samchat.models import load_model
     from samchat.models.catalog import recent_file
     from samchat.models.engine_choice import preferred
@@ -92,10 +94,15 @@ def run(args: argparse.Namespace) -> int:
             db_path = store.path
         # The engine and format measured fastest here (samchat bench engines), where left to auto.
         spec = preferred(spec_from_args(args, config), paths.cache_dir())
-        lm = load_model(
-            spec,
-            progress=lambda msg: print(f"[{msg}]", file=sys.stderr),
-            recent=recent_file(db_path.parent),
+        # Loaded, and later decoded, on one engine thread (engine_thread.py says why).
+        ENGINE_THREAD.start()
+        lm = ENGINE_THREAD.run(
+            partial(
+                load_model,
+                spec,
+                progress=lambda msg: print(f"[{msg}]", file=sys.stderr),
+                recent=recent_file(db_path.parent),
+            )
         )
         options = ServeOptions(args.host, args.port, args.api_key, args.save, decoding)
         stopped = serve(lm, sock, options, db_path, paths.cache_dir())

@@ -308,12 +308,14 @@ class ChatSession:
         return StepStats(decision.drafter, size, len(path), forward_s), new, sources
 
     def _end_reply(self, reply: Reply, drafting: Drafting | None) -> Iterator[Event]:
+        # Decoding ends with the last token: what the drafters keep of the reply (Token
+        # Recycling writes its table) is after it, as the front ends' live figures are.
+        seconds = time.perf_counter() - reply.t_decode
         if drafting is not None:
             drafting.finish()
         tail = reply.close()
         if tail is not None:
             yield tail
-        seconds = time.perf_counter() - reply.t_decode
         # The speedup estimate prices the reply's tokens at a one-token forward timed under the
         # same load: this reply's plain steps, else one forward now (after `seconds`: no
         # decoding). Another reply's timing would compare different loads.

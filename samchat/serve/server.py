@@ -142,6 +142,7 @@ def serve(
     a step when the server stopped (the process must end without freeing the model under it)."""
     from samchat.chat.documents import start_indexer
     from samchat.chat.generator import Generator
+    from samchat.engines.engine_thread import ENGINE_THREAD
 
     def index_failed(exc: Exception) -> None:  # the indexer's thread; replies draft without it
         print(f"[static index unavailable: {exc}]", file=sys.stderr, flush=True)
@@ -155,7 +156,7 @@ def serve(
         generator = Generator(
             lm, options.decoding, indexer, cache_dir=cache_dir, measure_first=False
         )
-        generator.prepare()
+        ENGINE_THREAD.run(generator.prepare)  # the model's threads are the engine thread's
         poke = indexer.poke if indexer is not None else _nothing  # None: a model without tokenizer
         history = History(db_path, lm.name, poke) if options.save else None
         worker = EngineWorker(

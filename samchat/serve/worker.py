@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
+from samchat.engines.engine_thread import ENGINE_THREAD
 from samchat.errors import SamchatError
 from samchat.messages import Message
 from samchat.serve.protocol import ApiError
@@ -123,6 +124,11 @@ class EngineWorker:
         return not self._thread.is_alive()
 
     def _run(self) -> None:
+        # Served on the process's engine thread, where the model was loaded (engine_thread.py
+        # says why); before that thread is started (tests), on this one.
+        ENGINE_THREAD.run(self._serve_jobs)
+
+    def _serve_jobs(self) -> None:
         try:
             while True:
                 job = self._jobs.get()

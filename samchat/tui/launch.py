@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from samchat.tui.app import SamchatApp
 
-UI_NICE = 19  # the UI thread's niceness: it draws with what the engine leaves of the cores
+UI_NICE = 19  # the UI thread's niceness where the idle policy is not to be had
 
 
 def app_from_args(args: argparse.Namespace) -> SamchatApp:
@@ -29,18 +29,25 @@ def app_from_args(args: argparse.Namespace) -> SamchatApp:
 
 
 def give_way_to_engine() -> None:
-    """Starts the engine thread at this thread's priority, then lowers this (the UI's) thread's:
-    where the engine's threads fill every core, drawing the app otherwise takes turns with them
-    and stalls each parallel step (docs/benchmarks.md); the UI still gets the cores they leave."""
+    """Starts the engine thread at this thread's priority, then puts this (the UI's) thread
+    below it: where the engine's threads fill every core, drawing the app otherwise takes turns
+    with them and stalls each parallel step (docs/benchmarks.md). Linux's idle policy lets a
+    waking engine thread take the core back at once (a lowered niceness still lets the UI run
+    out its time slice); elsewhere the niceness is lowered. The UI draws with what they leave."""
     import os
     import threading
 
     from samchat.engines.engine_thread import ENGINE_THREAD
 
     ENGINE_THREAD.start()
+    me = threading.get_native_id()
+    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(me, os.SCHED_IDLE, os.sched_param(0))
+            return
     if hasattr(os, "setpriority"):
         with contextlib.suppress(OSError):  # a platform that does not set it per thread
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), UI_NICE)
+            os.setpriority(os.PRIO_PROCESS, me, UI_NICE)
 
 
 def run_tui(args: argparse.Namespace) -> int:

@@ -50,7 +50,7 @@ def stream_to(
                 pieces = [(text, source) for text, source in ev.pieces]
                 feed.add_text(ev.text, pieces, ev.tokens, list(ev.sources), time.perf_counter())
             elif isinstance(ev, StepStats):
-                feed.add_step(ev.forward_s, ev.draft_size == 0)
+                feed.add_step(ev.forward_s, ev.draft_size == 0, time.perf_counter())
             elif isinstance(ev, PrefillProgress):
                 post(ReplyReading(job, ev.done, ev.total))
             elif isinstance(ev, ReplyRecord):

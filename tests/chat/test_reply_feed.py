@@ -11,16 +11,16 @@ from samchat.chat.reply_feed import ReplyFeed
 def test_a_take_holds_everything_added_since_the_last_in_order() -> None:
     feed = ReplyFeed()
     assert feed.take() is None
-    feed.add_step(0.1, True)
+    feed.add_step(0.1, True, 10.1)
     feed.add_text("Hel", [("Hel", "plain")], 1, ["plain"], 10.1)
-    feed.add_step(0.2, False)
+    feed.add_step(0.2, False, 10.3)
     feed.add_text("lo!", [("lo", "dyn"), ("!", "plain")], 2, ["dyn", "plain"], 10.3)
     batch = feed.take()
     assert batch is not None
     assert batch.text == "Hello!"
     assert batch.pieces == [("Hel", "plain"), ("lo", "dyn"), ("!", "plain")]
     assert batch.deltas == [(1, ["plain"], 10.1), (2, ["dyn", "plain"], 10.3)]
-    assert batch.steps == [(0.1, True), (0.2, False)]
+    assert batch.steps == [(0.1, True, 10.1), (0.2, False, 10.3)]
     assert feed.take() is None
     live = LiveStats(started=10.0)
     live.apply(batch)

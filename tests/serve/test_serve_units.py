@@ -131,3 +131,43 @@ def test_streamed_text_is_batched_but_never_lost_or_reordered(
     assert [p for d in got for p in d.pieces] == [(f"w{i} ", "plain") for i in range(40)]
     assert got[0].token_ids == [0]  # the first token is never held back
     assert len(got) == pieces
+
+
+def test_requests_and_idle_work_run_on_the_engine_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the process's engine thread is started (as `samchat serve` does before it loads
+    the model there), every reply and the idle timing run on it, not on the worker's own
+    thread: OpenMP work spread over two threads ran at a third of the speed."""
+    import asyncio
+    import threading
+    from collections.abc import Callable, Iterator
+
+    from samchat.decoding.params import SamplingParams
+    from samchat.engines.engine_thread import EngineThread
+    from samchat.serve import worker as worker_module
+    from samchat.serve.worker import EngineWorker, Finished, Job
+
+    engine_thread = EngineThread("test-engine")
+    engine_thread.start()
+    monkeypatch.setattr(worker_module, "ENGINE_THREAD", engine_thread)
+    ran_on: list[str] = []
+
+    def generate(messages: object, params: object, cancel: threading.Event) -> Iterator[object]:
+        ran_on.append(threading.current_thread().name)
+        yield ReplyDone("", "length", ReplyStats(1, 0.1, 10.0, 1, 1.0))
+
+    def idle(wanted: Callable[[], bool]) -> None:
+        ran_on.append(threading.current_thread().name)
+
+    async def ask() -> None:
+        engine = EngineWorker(generate, idle=idle).start()  # type: ignore[arg-type]
+        try:
+            job = Job([{"role": "user", "content": "x"}], SamplingParams(), stream=False)
+            engine.submit(job)
+            assert isinstance(await job.events.get(), Finished)
+            while len(ran_on) < 2:
+                await asyncio.sleep(0.01)
+        finally:
+            assert engine.stop()
+
+    asyncio.run(ask())
+    assert ran_on == ["test-engine", "test-engine"]

@@ -103,6 +103,20 @@ def test_live_figures_then_final_ones() -> None:
     assert "dyn 40% static 0% tr 20%" in format_stats(_record(final))
 
 
+def test_live_speed_counts_from_the_start_of_decoding_as_the_engine_does() -> None:
+    """A first text of many drafted tokens (a reply copying an earlier one) counts: the rate
+    is every token over the time since decoding began (the first step's end less its
+    forward), as the engine's final figure is, not the tokens after the first text."""
+    live = LiveStats(started=10.0)
+    live.on_step(0.1, plain=False, t=10.2)  # the prompt was read by 10.1
+    live.on_delta(30, ["dyn"] * 29 + ["plain"], 10.2)
+    live.on_step(0.1, plain=True, t=10.3)
+    live.on_delta(1, ["plain"], 10.3)
+    assert live.decode_t == pytest.approx(10.1)
+    assert live.tokens_per_s == pytest.approx(31 / 0.2)
+    assert live.speedup_est == pytest.approx(31 / 0.2 * 0.1)
+
+
 def test_remote_figures_are_speed_and_first_token_only() -> None:
     """A server's reply: no MAT, speedup or drafter shares, which would read as zeros."""
     from samchat.tui.widgets.stats_bar import stats_content

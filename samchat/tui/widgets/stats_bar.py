@@ -59,7 +59,8 @@ class StatsBar(Horizontal):
         self.query_one("#stats-spark").display = False
 
     def show(self, stats: LiveStats, status: str) -> None:
-        self.query_one("#stats-text", Static).update(stats_content(stats, status))
+        # A line of fixed size: no layout of the screen for it, once a frame while streaming.
+        self.query_one("#stats-text", Static).update(stats_content(stats, status), layout=False)
         spark = self.query_one("#stats-spark", Sparkline)
         spark.data = stats.speeds[-SPARK_POINTS:]
         spark.display = bool(spark.data)
