@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -231,6 +232,9 @@ def summary(runs: list[Run]) -> list[dict[str, object]]:
         cli = [r for r in runs if r.method == method and r.front == "cli"]
         app_tps = sum(r.tokens_per_s for r in app) / len(app)
         cli_tps = sum(r.tokens_per_s for r in cli) / len(cli)
+        # Medians too: on a shared machine one reply in a dozen can run at a fifth of the speed.
+        app_med = statistics.median(r.tokens_per_s for r in app)
+        cli_med = statistics.median(r.tokens_per_s for r in cli)
         live = [abs(r.shown_tokens_per_s / r.tokens_per_s - 1) for r in app if r.tokens_per_s]
         speed = [abs(r.shown_speedup / r.speedup_est - 1) for r in app if r.shown_speedup]
         same = sum(
@@ -246,6 +250,9 @@ def summary(runs: list[Run]) -> list[dict[str, object]]:
                 "cli_tok_s": round(cli_tps, 1),
                 "app_tok_s": round(app_tps, 1),
                 "app_over_cli": round(app_tps / cli_tps, 3) if cli_tps else 0.0,
+                "cli_tok_s_median": round(cli_med, 1),
+                "app_tok_s_median": round(app_med, 1),
+                "app_over_cli_median": round(app_med / cli_med, 3) if cli_med else 0.0,
                 "cli_mat": round(sum(r.mat for r in cli) / len(cli), 2),
                 "app_mat": round(sum(r.mat for r in app) / len(app), 2),
                 "live_tok_s_off_max": round(max(live, default=0.0), 3),

@@ -55,6 +55,9 @@ def test_the_app_and_ask_answer_alike_and_the_live_figures_hold(tmp_path: Path) 
     for row in data["summary"]:
         assert row["identical_replies"] == "1/1"
         assert row["app_tok_s"] > 0 and row["cli_tok_s"] > 0
+        # One reply each: the median is that reply's figure, as the mean is.
+        assert row["app_tok_s_median"] == row["app_tok_s"]
+        assert row["app_over_cli_median"] == row["app_over_cli"]
     for run in runs:
         assert run["tokens"] > 1 and run["tokens_per_s"] > 0
         if run["front"] == "app":
