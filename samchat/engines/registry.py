@@ -85,6 +85,15 @@ class EngineKind:
     # function(model cache dir) -> str. Speeds kept for a model are kept per build, since a
     # fallback build (the flat engine's Python forward) runs at another speed. None: one build.
     build: str | None = None
+    # The format `--dtype auto` means on this engine ("auto": the engine decides per device).
+    auto_dtype: str = AUTO
+    # The engine whose --dtype values these dtypes once were: `--engine <it> --dtype <one of
+    # them>` (and `--engine auto`) still names this engine, as users learnt to write it.
+    formerly: str | None = None
+
+    def dtype_of(self, dtype: str) -> str:
+        """The format `--dtype dtype` means on this engine."""
+        return self.auto_dtype if dtype == AUTO else dtype
 
     def open(self, lm: EngineModel, cache_dir: Path | None = None) -> Engine:
         engine: Engine = _attr(self.opener or self.engine_class)(lm, cache_dir=cache_dir)
@@ -141,11 +150,7 @@ TORCH = EngineKind(
     option_checks="samchat.engines.torch.loading:check_options",
     prepare="samchat.engines.torch.loading:prepare",
     auto_device="samchat.engines.torch.placement:auto_device_type",
-    # int4 / int8: weight-only formats on the CPU, packed from a GGUF's own blocks (quant.py).
-    dtypes=("float32", "float16", "bfloat16", "int4", "int8", "int4-requantized"),
-    # Packed int4/int8 weights run on the lean forward (lean_engine.py).
-    opener="samchat.engines.torch.engine:open_engine",
-    build="samchat.engines.flat.native:expected_forward",
+    dtypes=("float32", "float16", "bfloat16"),
 )
 LLAMACPP = EngineKind(
     name="llamacpp",
@@ -159,10 +164,29 @@ LLAMACPP = EngineKind(
     weights="samchat.engines.llamacpp.model:load_weights",
     availability="samchat.engines.llamacpp.model:unavailable_reason",
 )
+# Weight-only formats on the CPU, packed from a GGUF's own blocks (quant.py): int4 holds the
+# file's own numbers; int8 and int4-requantized requantize, as asked.
+FLAT = EngineKind(
+    name="flat",
+    label="flat",
+    native_gguf=False,
+    torch_options=False,
+    devices=("cpu",),
+    engine_class="samchat.engines.flat.engine:FlatEngine",
+    context_limit=_hf_context,  # its model's config reads as a Hugging Face one (shape.py)
+    vocab_size=_hf_vocab,
+    weights="samchat.engines.flat.loading:load_weights",
+    option_checks="samchat.engines.flat.loading:check_options",
+    prepare="samchat.engines.flat.loading:prepare",
+    dtypes=("int4", "int8", "int4-requantized"),
+    build="samchat.engines.flat.native:expected_forward",
+    auto_dtype="int4",
+    formerly=TORCH.name,
+)
 # The first is what runs anything the others cannot.
-KINDS: tuple[EngineKind, ...] = (TORCH, LLAMACPP)
+KINDS: tuple[EngineKind, ...] = (TORCH, LLAMACPP, FLAT)
 # (engine, dtype) pairs that run a GGUF file on the CPU, compared by `samchat bench engines`.
-GGUF_CPU_CANDIDATES: tuple[tuple[str, str], ...] = ((LLAMACPP.name, AUTO), (TORCH.name, "int4"))
+GGUF_CPU_CANDIDATES: tuple[tuple[str, str], ...] = ((LLAMACPP.name, AUTO), (FLAT.name, "int4"))
 ENGINES: tuple[str, ...] = (AUTO, *(kind.name for kind in KINDS))
 DEFAULT = KINDS[0]
 
@@ -173,6 +197,19 @@ def engine_kind(name: str) -> EngineKind:
         if kind.name == name:
             return kind
     raise KeyError(f"unknown engine {name!r}; use one of {', '.join(ENGINES)}")
+
+
+def resolve(engine: str, dtype: str) -> tuple[str, str]:
+    """The engine and format that `--engine engine --dtype dtype` name, as every record and
+    label spells them: a format an engine took over names that engine, asked of its former
+    one or of auto (`--engine torch --dtype int4` is the flat engine), and auto names an
+    engine's own format where it has one (`--engine flat` is flat/int4)."""
+    for kind in KINDS:
+        if kind.formerly and engine in (AUTO, kind.formerly) and dtype in kind.dtypes:
+            return kind.name, dtype
+    if engine != AUTO and engine in ENGINES:
+        return engine, engine_kind(engine).dtype_of(dtype)
+    return engine, dtype
 
 
 def native_gguf_kind() -> EngineKind | None:
