@@ -36,21 +36,30 @@ def _attr(ref: str) -> Any:
 
 
 # The weights are each engine's own type (Weights.model): these read them by attribute.
-def _hf_context(model: Any) -> int:
-    limit = getattr(model.config, "max_position_embeddings", None)
-    return int(limit) if limit else 2048
+def _count(owner: object, name: str, default: int | None = None) -> int:
+    """A whole number the weights carry (TypeError where they carry none)."""
+    value = getattr(owner, name, default)
+    if value is None and default is not None:
+        return default  # a config that names it without a value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{type(owner).__name__}.{name} is {value!r}, not a count")
+    return value
 
 
-def _hf_vocab(model: Any) -> int:
-    return int(model.config.vocab_size)
+def _hf_context(model: object) -> int:
+    return _count(getattr(model, "config", None), "max_position_embeddings", 2048) or 2048
 
 
-def _gguf_context(model: Any) -> int:
-    return min(int(model.n_ctx_train), GGUF_MAX_CONTEXT)
+def _hf_vocab(model: object) -> int:
+    return _count(getattr(model, "config", None), "vocab_size")
 
 
-def _gguf_vocab(model: Any) -> int:
-    return int(model.n_vocab)
+def _gguf_context(model: object) -> int:
+    return min(_count(model, "n_ctx_train"), GGUF_MAX_CONTEXT)
+
+
+def _gguf_vocab(model: object) -> int:
+    return _count(model, "n_vocab")
 
 
 @dataclass(frozen=True)
@@ -63,8 +72,8 @@ class EngineKind:
     torch_options: bool
     devices: tuple[str, ...]  # where it runs
     engine_class: str  # "module:Class" of its Engine, constructed as Class(lm, cache_dir=...)
-    context_limit: Callable[[Any], int]  # of a loaded model's weights (Weights.model)
-    vocab_size: Callable[[Any], int]
+    context_limit: Callable[[object], int]  # of a loaded model's weights (Weights.model)
+    vocab_size: Callable[[object], int]
     # "module:function" loading the weights: function(WeightsRequest) -> Weights.
     weights: str
     availability: str | None = None  # "module:function" giving why it cannot run here, or None

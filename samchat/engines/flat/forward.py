@@ -22,9 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 import torch
 import torch.nn.functional as F
 
@@ -71,7 +72,7 @@ def rotary_tables(
     step = np.power(np.float32(shape.rope_base), np.float32(-2.0 / shape.head_dim))
     start = np.full((shape.context + TAIL, half), step, dtype=np.float32)
     start[:, 0] = np.arange(shape.context + TAIL, dtype=np.float32)
-    theta: np.ndarray[Any, np.dtype[np.float32]]
+    theta: npt.NDArray[np.float32]
     theta = np.multiply.accumulate(start, axis=1, dtype=np.float32)
     if factors is not None:
         theta = np.divide(theta, factors.numpy().astype(np.float32), dtype=np.float32)

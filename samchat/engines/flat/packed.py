@@ -14,9 +14,9 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from samchat.engines.flat.exactness import REQUANTIZED
@@ -137,7 +137,7 @@ def hf_tensors(directory: Path) -> tuple[LlamaShape, dict[str, Tensor]]:
     files = sorted(directory.glob("*.safetensors"))
     if not files:
         raise ModelLoadError(f"{directory} has no safetensors weights for --dtype int4/int8")
-    raw: dict[str, Any] = {}
+    raw: dict[str, npt.NDArray[np.generic]] = {}
     for f in files:
         raw.update(load_file(str(f)))
     names = {

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from samchat.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 
 @dataclass
@@ -46,7 +49,7 @@ class LlamaShape:
         return cls(**json.loads(text))
 
     @classmethod
-    def from_hf(cls, config: Any) -> LlamaShape:
+    def from_hf(cls, config: PretrainedConfig) -> LlamaShape:
         """From a transformers config of a LLaMA model (ModelLoadError for anything else)."""
         kind = getattr(config, "model_type", "?")
         if kind != "llama":
