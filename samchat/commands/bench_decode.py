@@ -244,6 +244,5 @@ def cost_curve_option(value: str) -> Any:
 
     if value == "measured":
         return None
-    if value == "flat":
-        return CostCurve.flat()
-    return CostCurve.from_file(Path(value))
+    named = CostCurve.named(value)
+    return named if named is not None else CostCurve.from_file(Path(value))
