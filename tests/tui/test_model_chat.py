@@ -293,7 +293,8 @@ async def test_the_engine_picked_on_the_model_screen_runs_and_is_saved(
 ) -> None:
     app = make_app(config=config(4), cost_curve=curve)
     async with app.run_test(size=(120, 36)) as pilot:
-        for engine, types in (("torch", ("float32", "bfloat16")), ("llamacpp", ("Q4_1",))):
+        picks = (("torch", ("float32", "bfloat16")), ("flat", ("int4",)), ("llamacpp", ("Q4_1",)))
+        for engine, types in picks:
             await pilot.press("ctrl+l")
             await wait_for(pilot, lambda: isinstance(app.screen, ModelScreen))
             app.screen.query_one("#model-engine", Select).value = engine
