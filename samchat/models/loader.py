@@ -314,10 +314,9 @@ def _refuse(kind: EngineKind, spec: ModelSpec, gguf: bool) -> None:
             f"--quantize and --cuda-graphs apply to {other}"
         )
     if spec.dtype != AUTO and spec.dtype not in kind.dtypes:
+        takes = f"{', '.join(kind.dtypes[:-1])} or {kind.dtypes[-1]}"
         raise ModelLoadError(
-            f"the {kind.label} engine runs --dtype {', '.join(kind.dtypes[:-1])} or "
-            f"{kind.dtypes[-1]}; --dtype "
-            f"{spec.dtype} applies to {other}"
+            f"the {kind.label} engine runs --dtype {takes}; --dtype {spec.dtype} applies to {other}"
         )
     if not kind.torch_options and (spec.quantize or spec.cuda_graphs):
         raise ModelLoadError(
