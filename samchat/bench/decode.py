@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from samchat.bench.baselines import llama_pld, llama_pld_reply, torch_pld
 from samchat.bench.report import Question, Results, Run, reply_cost, split_key
 from samchat.decoding.prompt import render_prompt
-from samchat.engines.registry import DEFAULT, KINDS, engine_kind
+from samchat.engines.registry import KINDS, engine_kind, resolve
 from samchat.errors import SamchatError
 from samchat.messages import Message
 from samchat.names import METHODS, named
@@ -43,8 +43,23 @@ Progress = Callable[[str], None]
 
 
 def setup_label(engine: str, dtype: str = "auto") -> str:
-    """A configuration's name: the engine, and the dtype unless it is auto (torch/bfloat16)."""
+    """A configuration's name: the engine that runs it, and the dtype unless it is auto
+    (torch/bfloat16; flat/int4, however it was asked: torch/int4 or flat)."""
+    engine, dtype = resolve(engine, dtype)
     return engine if dtype == "auto" else f"{engine}/{dtype}"
+
+
+def dtype_problem(engine: str, dtype: str) -> str | None:
+    """Why ENGINE/DTYPE names no configuration (an engine that takes no dtype, or not this
+    one), or None."""
+    engine, dtype = resolve(engine, dtype)
+    kind = engine_kind(engine)
+    if dtype in kind.dtypes:
+        return None
+    takers = " and ".join(k.name for k in KINDS if k.dtypes)
+    if not kind.dtypes:
+        return f"{kind.label} runs the GGUF file's own types, so it takes no dtype ({takers} do)"
+    return f"{kind.label} takes {', '.join(kind.dtypes)}, not {dtype}"
 
 
 def default_questions_path() -> Path:
@@ -105,18 +120,23 @@ def _parse_setup(prefix: str, name: str, torch_dtype: str) -> str:
             f"({SYNTAX}; a bare METHOD runs on the default engine)"
         )
     kind = engine_kind(engine)
-    if not kind.torch_options:
+    if not kind.dtypes:
         if slash:
             raise SamchatError(
-                f"method {name}: {kind.label} runs the GGUF file's own types, so it takes no "
-                f"dtype; write {kind.name}:{split_key(name)[1]} (dtypes apply to {DEFAULT.name})"
+                f"method {name}: {dtype_problem(engine, dtype)}; write "
+                f"{kind.name}:{split_key(name)[1]}"
             )
         return kind.name
     if slash and dtype not in DTYPES:
         raise SamchatError(
             f"unknown dtype {dtype!r} in method {name}; use one of {', '.join(DTYPES)}"
         )
-    return setup_label(kind.name, dtype if slash else torch_dtype)
+    if not slash:  # --dtype, where this engine takes it (torch's int4 is flat/int4)
+        dtype = "auto" if dtype_problem(engine, torch_dtype) else torch_dtype
+    problem = dtype_problem(engine, dtype) if dtype != "auto" else None
+    if problem:
+        raise SamchatError(f"method {name}: {problem}")
+    return setup_label(kind.name, dtype)
 
 
 def _qualify(text: str, default: str, torch_dtype: str) -> list[str]:
@@ -132,6 +152,13 @@ def _qualify(text: str, default: str, torch_dtype: str) -> list[str]:
         label = _parse_setup(prefix, name, torch_dtype) if colon else default
         if method not in ALL_METHODS:
             unknown.append(name)
+        kind = engine_kind(label.partition("/")[0])
+        if method == "pld" and not (kind.torch_options or kind.native_gguf):
+            # pld is transformers' or llama-cpp-python's own prompt lookup: neither runs on
+            # this engine, so a bare pld (the default list's) is left out, a named one refused.
+            if colon:
+                raise SamchatError(f"method {name}: the {kind.label} engine has no pld baseline")
+            continue
         keys.append(f"{label}:{method}")
     if unknown or not keys:
         raise SamchatError(
@@ -144,8 +171,8 @@ def _qualify(text: str, default: str, torch_dtype: str) -> list[str]:
 def parse_methods(text: str, default: str, torch_dtype: str = "auto") -> tuple[str, ...]:
     """Method keys grouped by configuration (in the order they first appear), each group led
     by its plain decoding: the yardstick, always run. `default` is the configuration of bare
-    names (a label: an engine's name, with a dtype for torch: torch/bfloat16); `torch_dtype`
-    the dtype of `torch:` names (--dtype)."""
+    names (a label: an engine's name, with its dtype: torch/bfloat16, flat/int4); `torch_dtype`
+    the dtype of `ENGINE:` names (--dtype), where that engine takes it."""
     groups: dict[str, list[str]] = {}
     for key in _qualify(text, default, torch_dtype):
         label = split_key(key)[0]
@@ -176,7 +203,7 @@ def default_setup(spec: ModelSpec) -> str:
     from samchat.models.loader import choose_engine
 
     kind = engine_kind(choose_engine(spec))
-    return setup_label(kind.name, spec.dtype if kind.torch_options else "auto")
+    return setup_label(kind.name, spec.dtype if kind.dtypes else "auto")
 
 
 def setup_spec(base: ModelSpec, label: str) -> ModelSpec:
@@ -184,7 +211,7 @@ def setup_spec(base: ModelSpec, label: str) -> ModelSpec:
     (llama.cpp takes the file's own types: no dtype, no quantization)."""
     engine, _, dtype = label.partition("/")
     kind = engine_kind(engine)
-    if not kind.torch_options:
+    if not kind.dtypes:
         return replace(base, engine=kind.name, dtype="auto", quantize=None)
     return replace(base, engine=kind.name, dtype=dtype or "auto")
 

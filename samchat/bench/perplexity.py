@@ -1,5 +1,5 @@
 """Perplexity of a text under one or several engine/dtype configurations of the same model
-(`samchat bench perplexity`): the int4 engine runs the GGUF's own quantized numbers, so it
+(`samchat bench perplexity`): the flat engine runs the GGUF's own quantized numbers, so it
 should agree with llama.cpp on the same file."""
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ class Perplexity:
 
 
 def parse_setups(text: str) -> list[str]:
-    """'llamacpp,torch/int4' -> configuration labels (ENGINE[/DTYPE]), checked."""
-    from samchat.bench.decode import setup_label
+    """'llamacpp,flat/int4' -> configuration labels (ENGINE[/DTYPE]), checked (torch/int4
+    is flat/int4, as `--engine torch --dtype int4` is)."""
+    from samchat.bench.decode import dtype_problem, setup_label
     from samchat.engines.registry import engine_kind
     from samchat.models.device import DTYPES
 
@@ -42,11 +43,14 @@ def parse_setups(text: str) -> list[str]:
             kind = engine_kind(engine)
         except KeyError:
             raise SamchatError(f"unknown engine {engine!r} in --methods {text!r}") from None
-        if slash and (dtype not in DTYPES or not kind.torch_options):
-            raise SamchatError(f"{part}: a dtype goes with torch, one of {', '.join(DTYPES)}")
+        if slash and dtype not in DTYPES:
+            raise SamchatError(f"{part}: unknown dtype; use one of {', '.join(DTYPES)}")
+        problem = dtype_problem(kind.name, dtype) if slash else None
+        if problem:
+            raise SamchatError(f"{part}: {problem}")
         labels.append(setup_label(kind.name, dtype if slash else "auto"))
     if not labels:
-        raise SamchatError("--methods names no configuration; e.g. llamacpp,torch/int4")
+        raise SamchatError("--methods names no configuration; e.g. llamacpp,flat/int4")
     return list(dict.fromkeys(labels))
 
 

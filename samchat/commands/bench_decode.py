@@ -22,11 +22,11 @@ def register_bench(sub: Any) -> None:
     parser.add_argument(
         "--methods",
         default="plain,pld,sam,tr,sam+tr",
-        help="comma-separated METHOD or ENGINE[/DTYPE]:METHOD (engines torch, llamacpp; "
+        help="comma-separated METHOD or ENGINE[/DTYPE]:METHOD (engines torch, llamacpp, flat; "
         "methods plain, pld, sam, tr, sam+tr), e.g. llamacpp:pld,llamacpp:sam+tr,"
-        "torch/bfloat16:plain; a bare METHOD runs on the default engine (--engine, or what "
-        "auto picks), torch: without a dtype on --dtype. Each configuration's plain runs too: "
-        "its speedups are measured against it",
+        "torch/bfloat16:plain,flat/int4:sam+tr; a bare METHOD runs on the default engine "
+        "(--engine, or what auto picks), ENGINE: without a dtype on --dtype where it takes "
+        "it. Each configuration's plain runs too: its speedups are measured against it",
     )
     parser.add_argument("--per-category", type=int, default=3)
     parser.add_argument(
@@ -244,6 +244,5 @@ def cost_curve_option(value: str) -> Any:
 
     if value == "measured":
         return None
-    if value == "flat":
-        return CostCurve.flat()
-    return CostCurve.from_file(Path(value))
+    named = CostCurve.named(value)
+    return named if named is not None else CostCurve.from_file(Path(value))

@@ -1,5 +1,5 @@
 """`samchat bench perplexity`: each configuration's perplexity on the same text, e.g. llama.cpp
-against the torch engine's int4 format on the same GGUF."""
+against the flat engine (int4, the file's own numbers) on the same GGUF."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def register_bench(sub: Any) -> None:
     parser.add_argument("--text", type=Path, required=True, help="a UTF-8 text file")
     parser.add_argument(
         "--methods",
-        default="llamacpp,torch/int4",
-        help="comma-separated ENGINE[/DTYPE] (default llamacpp,torch/int4)",
+        default="llamacpp,flat/int4",
+        help="comma-separated ENGINE[/DTYPE] (default llamacpp,flat/int4)",
     )
     parser.add_argument("--json", type=Path, default=None, help="write the results here too")
     add_model_options(parser)

@@ -108,6 +108,7 @@ def _pinned_rows(cache: Path) -> list[tuple[str, str]]:
     """A warning where config.toml pins an engine or format other than the one measured fastest
     here for its model, naming the lines to remove (a pin outranks the measured choice)."""
     from samchat.chat.config import ConfigError, config_path, load_config
+    from samchat.engines.registry import resolve
     from samchat.models.engine_choice import kept
 
     try:
@@ -120,8 +121,9 @@ def _pinned_rows(cache: Path) -> list[tuple[str, str]]:
     if not speeds:
         return []
     best = min(speeds, key=lambda s: s.ms_per_token)
-    pinned = next((s for s in speeds if (s.engine, s.dtype) == (cfg.engine, cfg.dtype)), None)
-    label = cfg.engine if cfg.dtype == "auto" else f"{cfg.engine}/{cfg.dtype}"
+    asked = resolve(cfg.engine, cfg.dtype)  # `engine = "torch"` with `dtype = "int4"`: flat
+    pinned = next((s for s in speeds if (s.engine, s.dtype) == asked), None)
+    label = asked[0] if asked[1] == "auto" else "/".join(asked)
     if pinned is best:
         return [("config pins", f"{label}, measured fastest here")]
     how = f"{pinned.ms_per_token:.1f} ms per token" if pinned else "not measured here"
@@ -159,18 +161,18 @@ def _kernel_rows(cache: Path) -> list[tuple[str, str]]:
 
 
 def _packed_rows(models: Path) -> list[tuple[str, str]]:
-    """The torch engine's weight-only CPU formats: the instruction set its kernels pack for,
-    and the packed weights kept (packed at a model's first load with --dtype int4/int8)."""
+    """The flat engine: the instruction set its weight-only formats pack for, its native
+    forward, and the packed weights kept (packed at a model's first load on it)."""
     import torch
 
     kept = sorted(p.name for p in (models / "packed").glob("*.safetensors"))
     cap = torch.backends.cpu.get_cpu_capability()
     from samchat.engines.flat.native import build
 
-    rows = [("torch int4/int8", f"weight-only kernels for {cap} (--dtype int4, --dtype int8)")]
+    rows = [("flat engine", f"int4/int8 weight-only kernels for {cap} (--engine flat)")]
     native = build.library_path(models)
     built = f"compiled ({native.name})" if native.is_file() else "not compiled yet (at first load)"
-    rows.append(("int4 forward", f"native, {built}"))
+    rows.append(("flat engine forward", f"native, {built}"))
     rows.append(("packed weights", ", ".join(kept) if kept else "none yet (packed at first load)"))
     return rows
 

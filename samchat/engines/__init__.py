@@ -1,6 +1,7 @@
 """Engines: the few model operations the decoding loop needs (prefill with prefix reuse, one
 forward over a draft tree, commit the accepted path, cost-curve measurement), behind one small
-interface. `torch/` serves Hugging Face models on any torch device; `llamacpp/` runs GGUF files
+interface. `torch/` serves Hugging Face models on any torch device; `flat/` runs a GGUF's own
+numbers on the CPU, every verification row as a one-token step; `llamacpp/` runs GGUF files
 through llama.cpp; `registry` names them. ChatSession, the drafters, the policy and the
 statistics never ask which one runs."""
 

@@ -36,21 +36,30 @@ def _attr(ref: str) -> Any:
 
 
 # The weights are each engine's own type (Weights.model): these read them by attribute.
-def _hf_context(model: Any) -> int:
-    limit = getattr(model.config, "max_position_embeddings", None)
-    return int(limit) if limit else 2048
+def _count(owner: object, name: str, default: int | None = None) -> int:
+    """A whole number the weights carry (TypeError where they carry none)."""
+    value = getattr(owner, name, default)
+    if value is None and default is not None:
+        return default  # a config that names it without a value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{type(owner).__name__}.{name} is {value!r}, not a count")
+    return value
 
 
-def _hf_vocab(model: Any) -> int:
-    return int(model.config.vocab_size)
+def _hf_context(model: object) -> int:
+    return _count(getattr(model, "config", None), "max_position_embeddings", 2048) or 2048
 
 
-def _gguf_context(model: Any) -> int:
-    return min(int(model.n_ctx_train), GGUF_MAX_CONTEXT)
+def _hf_vocab(model: object) -> int:
+    return _count(getattr(model, "config", None), "vocab_size")
 
 
-def _gguf_vocab(model: Any) -> int:
-    return int(model.n_vocab)
+def _gguf_context(model: object) -> int:
+    return min(_count(model, "n_ctx_train"), GGUF_MAX_CONTEXT)
+
+
+def _gguf_vocab(model: object) -> int:
+    return _count(model, "n_vocab")
 
 
 @dataclass(frozen=True)
@@ -63,8 +72,8 @@ class EngineKind:
     torch_options: bool
     devices: tuple[str, ...]  # where it runs
     engine_class: str  # "module:Class" of its Engine, constructed as Class(lm, cache_dir=...)
-    context_limit: Callable[[Any], int]  # of a loaded model's weights (Weights.model)
-    vocab_size: Callable[[Any], int]
+    context_limit: Callable[[object], int]  # of a loaded model's weights (Weights.model)
+    vocab_size: Callable[[object], int]
     # "module:function" loading the weights: function(WeightsRequest) -> Weights.
     weights: str
     availability: str | None = None  # "module:function" giving why it cannot run here, or None
@@ -85,6 +94,15 @@ class EngineKind:
     # function(model cache dir) -> str. Speeds kept for a model are kept per build, since a
     # fallback build (the flat engine's Python forward) runs at another speed. None: one build.
     build: str | None = None
+    # The format `--dtype auto` means on this engine ("auto": the engine decides per device).
+    auto_dtype: str = AUTO
+    # The engine whose --dtype values these dtypes once were: `--engine <it> --dtype <one of
+    # them>` (and `--engine auto`) still names this engine, as users learnt to write it.
+    formerly: str | None = None
+
+    def dtype_of(self, dtype: str) -> str:
+        """The format `--dtype dtype` means on this engine."""
+        return self.auto_dtype if dtype == AUTO else dtype
 
     def open(self, lm: EngineModel, cache_dir: Path | None = None) -> Engine:
         engine: Engine = _attr(self.opener or self.engine_class)(lm, cache_dir=cache_dir)
@@ -141,11 +159,7 @@ TORCH = EngineKind(
     option_checks="samchat.engines.torch.loading:check_options",
     prepare="samchat.engines.torch.loading:prepare",
     auto_device="samchat.engines.torch.placement:auto_device_type",
-    # int4 / int8: weight-only formats on the CPU, packed from a GGUF's own blocks (quant.py).
-    dtypes=("float32", "float16", "bfloat16", "int4", "int8", "int4-requantized"),
-    # Packed int4/int8 weights run on the lean forward (lean_engine.py).
-    opener="samchat.engines.torch.engine:open_engine",
-    build="samchat.engines.flat.native:expected_forward",
+    dtypes=("float32", "float16", "bfloat16"),
 )
 LLAMACPP = EngineKind(
     name="llamacpp",
@@ -159,10 +173,29 @@ LLAMACPP = EngineKind(
     weights="samchat.engines.llamacpp.model:load_weights",
     availability="samchat.engines.llamacpp.model:unavailable_reason",
 )
+# Weight-only formats on the CPU, packed from a GGUF's own blocks (quant.py): int4 holds the
+# file's own numbers; int8 and int4-requantized requantize, as asked.
+FLAT = EngineKind(
+    name="flat",
+    label="flat",
+    native_gguf=False,
+    torch_options=False,
+    devices=("cpu",),
+    engine_class="samchat.engines.flat.engine:FlatEngine",
+    context_limit=_hf_context,  # its model's config reads as a Hugging Face one (shape.py)
+    vocab_size=_hf_vocab,
+    weights="samchat.engines.flat.loading:load_weights",
+    option_checks="samchat.engines.flat.loading:check_options",
+    prepare="samchat.engines.flat.loading:prepare",
+    dtypes=("int4", "int8", "int4-requantized"),
+    build="samchat.engines.flat.native:expected_forward",
+    auto_dtype="int4",
+    formerly=TORCH.name,
+)
 # The first is what runs anything the others cannot.
-KINDS: tuple[EngineKind, ...] = (TORCH, LLAMACPP)
+KINDS: tuple[EngineKind, ...] = (TORCH, LLAMACPP, FLAT)
 # (engine, dtype) pairs that run a GGUF file on the CPU, compared by `samchat bench engines`.
-GGUF_CPU_CANDIDATES: tuple[tuple[str, str], ...] = ((LLAMACPP.name, AUTO), (TORCH.name, "int4"))
+GGUF_CPU_CANDIDATES: tuple[tuple[str, str], ...] = ((LLAMACPP.name, AUTO), (FLAT.name, "int4"))
 ENGINES: tuple[str, ...] = (AUTO, *(kind.name for kind in KINDS))
 DEFAULT = KINDS[0]
 
@@ -173,6 +206,19 @@ def engine_kind(name: str) -> EngineKind:
         if kind.name == name:
             return kind
     raise KeyError(f"unknown engine {name!r}; use one of {', '.join(ENGINES)}")
+
+
+def resolve(engine: str, dtype: str) -> tuple[str, str]:
+    """The engine and format that `--engine engine --dtype dtype` name, as every record and
+    label spells them: a format an engine took over names that engine, asked of its former
+    one or of auto (`--engine torch --dtype int4` is the flat engine), and auto names an
+    engine's own format where it has one (`--engine flat` is flat/int4)."""
+    for kind in KINDS:
+        if kind.formerly and engine in (AUTO, kind.formerly) and dtype in kind.dtypes:
+            return kind.name, dtype
+    if engine != AUTO and engine in ENGINES:
+        return engine, engine_kind(engine).dtype_of(dtype)
+    return engine, dtype
 
 
 def native_gguf_kind() -> EngineKind | None:

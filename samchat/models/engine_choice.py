@@ -9,6 +9,7 @@ and kept at the same time, so that the first reply of a new install drafts."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import statistics
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from samchat.engines.registry import GGUF_CPU_CANDIDATES
+from samchat.engines.registry import GGUF_CPU_CANDIDATES, resolve
 from samchat.errors import InexactError, SamchatError
 from samchat.models.catalog import is_gguf
 from samchat.models.loader import ModelSpec
@@ -53,39 +54,65 @@ def gguf_file(spec: ModelSpec) -> Path | None:
     return path if path.is_file() and is_gguf(path) else None
 
 
-def _builds() -> str:
+def _builds(former: bool = False) -> str:
     """Which build of each engine runs here (the flat engine's native or Python forward): a
-    speed measured on one is not taken for the other."""
+    speed measured on one is not taken for the other. former: as the builds were named when
+    the flat engine was the torch engine's int4/int8 formats (its build then torch's), so
+    that a record kept before it had its own name is still found."""
     from samchat.engines.registry import KINDS
     from samchat.paths import model_cache_dir
 
     cache = model_cache_dir()
-    return ",".join(f"{kind.name}={kind.build_name(cache)}" for kind in KINDS)
+    builds = {kind.name: kind.build_name(cache) for kind in KINDS}
+    for kind in KINDS if former else ():
+        if kind.formerly:
+            builds[kind.formerly] = builds.pop(kind.name)
+    return ",".join(f"{name}={build}" for name, build in builds.items())
 
 
-def _key(path: Path) -> str:
+def _key(path: Path, former: bool = False) -> str:
     from samchat.engines.cpu import cpu_name
 
     stat = path.stat()
-    text = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{cpu_name()}|{_builds()}"
+    where = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{cpu_name()}"
+    text = f"{where}|{_builds(former)}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def record_path(cache_dir: Path, path: Path) -> Path:
-    return cache_dir / "engine-speed" / f"{path.stem}-{_key(path)}.json"
+def record_path(cache_dir: Path, path: Path, former: bool = False) -> Path:
+    return cache_dir / "engine-speed" / f"{path.stem}-{_key(path, former)}.json"
+
+
+def _read(record: Path) -> list[EngineSpeed]:
+    """A record's speeds, each engine and format as named now (a torch/int4 of an older
+    record is flat/int4: the same engine under its own name)."""
+    raw = json.loads(record.read_text(encoding="utf-8"))
+    speeds: list[EngineSpeed] = []
+    for item in raw["speeds"]:
+        speed = EngineSpeed(**item)
+        engine, dtype = resolve(speed.engine, speed.dtype)
+        speeds.append(replace(speed, engine=engine, dtype=dtype))
+    return speeds
 
 
 def kept(cache_dir: Path, spec: ModelSpec) -> list[EngineSpeed] | None:
     """The kept measurement for spec's GGUF file on this machine, if any (a damaged record
-    counts as none)."""
+    counts as none); one kept before the flat engine had its own name is kept again under
+    the name it has now."""
     path = gguf_file(spec)
     if path is None:
         return None
     try:
-        raw = json.loads(record_path(cache_dir, path).read_text(encoding="utf-8"))
-        return [EngineSpeed(**item) for item in raw["speeds"]]
+        return _read(record_path(cache_dir, path))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        speeds = _read(record_path(cache_dir, path, former=True))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    with contextlib.suppress(OSError):  # read from the old record again next time
+        keep(cache_dir, path, speeds)
+    return speeds
 
 
 def preferred(spec: ModelSpec, cache_dir: Path) -> ModelSpec:

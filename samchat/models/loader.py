@@ -18,6 +18,7 @@ from samchat.engines.registry import (
     EngineKind,
     engine_kind,
     native_gguf_kind,
+    resolve,
 )
 from samchat.engines.weights import Device, ModelFiles, WeightsRequest
 from samchat.errors import InexactError, ModelLoadError, one_line
@@ -262,14 +263,17 @@ def _names_gguf(source: str) -> bool:
 
 
 def choose_engine(spec: ModelSpec) -> str:
-    """The engine that will run spec: `auto` takes the engine that runs GGUF files as they are
-    (llama.cpp) for a GGUF model (the bundled default included) on a CPU where it is installed,
-    the default engine (torch) otherwise. A named engine that cannot run spec is refused."""
+    """The engine that will run spec: the one its format names (`--dtype int4`: the flat
+    engine, with `--engine torch` or auto too); else `auto` takes the engine that runs GGUF
+    files as they are (llama.cpp) for a GGUF model (the bundled default included) on a CPU
+    where it is installed, the default engine (torch) otherwise. A named engine that cannot
+    run spec is refused."""
     if spec.engine not in ENGINES:
         raise ModelLoadError(f"unknown engine {spec.engine!r}; use one of {', '.join(ENGINES)}")
     gguf = spec.source is None or _names_gguf(spec.source)
-    if spec.engine != AUTO:
-        kind = engine_kind(spec.engine)
+    engine = resolve(spec.engine, spec.dtype)[0]
+    if engine != AUTO:
+        kind = engine_kind(engine)
         _refuse(kind, spec, gguf)
         return kind.name
     native = native_gguf_kind()
@@ -304,10 +308,20 @@ def _refuse(kind: EngineKind, spec: ModelSpec, gguf: bool) -> None:
             f"the {kind.label} engine runs on the CPU here; drop --device {spec.device} "
             f"or use {other}"
         )
-    if not kind.torch_options and _torch_options(spec):
+    if not kind.dtypes and _torch_options(spec):
         raise ModelLoadError(
             f"the {kind.label} engine runs the GGUF file's own types on the CPU; --dtype, "
             f"--quantize and --cuda-graphs apply to {other}"
+        )
+    if spec.dtype != AUTO and spec.dtype not in kind.dtypes:
+        takes = f"{', '.join(kind.dtypes[:-1])} or {kind.dtypes[-1]}"
+        raise ModelLoadError(
+            f"the {kind.label} engine runs --dtype {takes}; --dtype {spec.dtype} applies to {other}"
+        )
+    if not kind.torch_options and (spec.quantize or spec.cuda_graphs):
+        raise ModelLoadError(
+            f"the {kind.label} engine runs its own weight formats on the CPU; --quantize and "
+            f"--cuda-graphs apply to {other}"
         )
     reason = kind.unavailable_reason()
     if reason:

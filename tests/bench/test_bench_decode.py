@@ -80,10 +80,14 @@ def test_qualified_methods_group_by_configuration_plain_first() -> None:
         "torch:plain",
         "torch:sam",
     )
-    assert parse_methods("torch/int4:sam+tr", "llamacpp") == (
-        "torch/int4:plain",
-        "torch/int4:sam+tr",
-    )
+    # The flat engine by its name, or as `--engine torch --dtype int4` named it before.
+    flat = ("flat/int4:plain", "flat/int4:sam+tr")
+    assert parse_methods("torch/int4:sam+tr", "llamacpp") == flat
+    assert parse_methods("flat:sam+tr", "llamacpp", "float32") == flat
+    assert parse_methods("torch:sam+tr", "llamacpp", "int4") == flat
+    assert parse_methods("flat/int8:tr", "llamacpp") == ("flat/int8:plain", "flat/int8:tr")
+    # pld is transformers' or llama-cpp-python's: a bare one (the default list's) is left out.
+    assert parse_methods("plain,pld,sam", "flat/int4") == ("flat/int4:plain", "flat/int4:sam")
     assert parse_methods(" pld , tr ", "torch/float16") == (
         "torch/float16:plain",
         "torch/float16:pld",
@@ -98,6 +102,8 @@ def test_qualified_methods_group_by_configuration_plain_first() -> None:
         ("auto:sam+tr", "unknown engine 'auto'"),
         ("llamacpp/bfloat16:plain", "takes no dtype"),
         ("torch/int3:plain", "unknown dtype 'int3'"),
+        ("flat/float32:plain", "flat takes int4, int8, int4-requantized, not float32"),
+        ("flat:pld", "the flat engine has no pld baseline"),
         ("llamacpp:fast,torch:sam", "unknown method.*llamacpp:fast"),
         ("torch:", "unknown method"),
         (" , ", "unknown method"),
@@ -113,10 +119,13 @@ def test_default_configuration_and_specs() -> None:
     assert default_setup(ModelSpec(source="some/dir", engine="torch")) == "torch"
     assert default_setup(ModelSpec(engine="torch", dtype="bfloat16")) == "torch/bfloat16"
     assert default_setup(ModelSpec(engine="llamacpp")) == "llamacpp"
+    assert default_setup(ModelSpec(engine="flat")) == "flat/int4"
+    assert default_setup(ModelSpec(engine="torch", dtype="int4")) == "flat/int4"
     base = ModelSpec(dtype="bfloat16", engine="auto")
     assert setup_spec(base, "llamacpp") == ModelSpec(engine="llamacpp")
     assert setup_spec(base, "torch/float32") == ModelSpec(engine="torch", dtype="float32")
     assert setup_spec(base, "torch") == ModelSpec(engine="torch")
+    assert setup_spec(base, "flat/int8") == ModelSpec(engine="flat", dtype="int8")
 
 
 def test_warm_plan_reruns_plain_only_when_named() -> None:

@@ -1,4 +1,4 @@
-"""`samchat bench perplexity`: llama.cpp and the torch engine's int4 format read the same GGUF's
+"""`samchat bench perplexity`: llama.cpp and the flat engine (int4) read the same GGUF's
 quantized numbers, so their perplexities on a real text agree within 1%; bad input is one line."""
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ def test_llamacpp_and_int4_agree_on_a_real_text(tmp_path: Path) -> None:
     text = tmp_path / "license.txt"
     text.write_text(LICENSE.read_text(encoding="utf-8")[:2000], encoding="utf-8")
     out = tmp_path / "ppl.json"
-    args = ["bench", "perplexity", "--text", str(text), "--methods", "llamacpp,torch/int4"]
+    args = ["bench", "perplexity", "--text", str(text)]  # llamacpp,flat/int4 by default
     assert main([*args, "--json", str(out)]) == 0
     methods = json.loads(out.read_text())["methods"]
-    assert set(methods) == {"llamacpp", "torch/int4"}
-    llama, int4 = methods["llamacpp"], methods["torch/int4"]
+    assert set(methods) == {"llamacpp", "flat/int4"}
+    llama, int4 = methods["llamacpp"], methods["flat/int4"]
     assert llama["tokens"] == int4["tokens"] > 300
     assert 1.0 < llama["perplexity"] < 100.0
     assert abs(int4["perplexity"] / llama["perplexity"] - 1) < 0.01
@@ -33,8 +33,9 @@ def test_llamacpp_and_int4_agree_on_a_real_text(tmp_path: Path) -> None:
 def test_bad_requests_are_one_line_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert parse_setups("llamacpp, torch/int4,torch/int4") == ["llamacpp", "torch/int4"]
-    for bad in ("gpt", "llamacpp/int4", "torch/int3", ","):
+    assert parse_setups("llamacpp, torch/int4,flat/int4,flat") == ["llamacpp", "flat/int4"]
+    assert parse_setups("flat/int8,torch/float32") == ["flat/int8", "torch/float32"]
+    for bad in ("gpt", "llamacpp/int4", "torch/int3", "flat/float32", ","):
         with pytest.raises(SamchatError):
             parse_setups(bad)
     assert main(["bench", "perplexity", "--text", str(tmp_path / "missing.txt")]) == 1

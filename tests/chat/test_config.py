@@ -62,6 +62,7 @@ def test_a_bad_dtype_is_one_line(tmp_path: Path) -> None:
         ({"dtype": "int8"}, "torch", "int8"),  # a format for the file's engine
         ({"engine": "torch"}, "torch", "auto"),  # --engine alone: as on the command line
         ({"engine": "llamacpp"}, "llamacpp", "auto"),
+        ({"engine": "flat"}, "flat", "auto"),
     ],
 )
 def test_an_engine_and_its_format_go_together(
@@ -81,7 +82,7 @@ def test_doctor_names_a_pinned_engine_slower_than_the_one_measured_fastest(tmp_p
     keep(
         cache,
         bundled_gguf(),
-        [EngineSpeed("llamacpp", "auto", 9.0, ""), EngineSpeed("torch", "int4", 5.0, "")],
+        [EngineSpeed("llamacpp", "auto", 9.0, ""), EngineSpeed("flat", "int4", 5.0, "")],
     )
     config.mkdir()
     env = {
@@ -106,10 +107,13 @@ def test_doctor_names_a_pinned_engine_slower_than_the_one_measured_fastest(tmp_p
     assert "warning" not in doctor()  # nothing pinned
     (config / "config.toml").write_text('theme = "ember"\nengine = "torch"\n', encoding="utf-8")
     warning = doctor()["warning"]
-    assert "pins torch (not measured here)" in warning and "torch/int4" in warning
+    assert "pins torch (not measured here)" in warning and "flat/int4" in warning
     assert 'remove line 2: engine = "torch"' in warning
     (config / "config.toml").write_text('engine = "llamacpp"\n', encoding="utf-8")
     assert "llamacpp (9.0 ms per token)" in doctor()["warning"]
-    (config / "config.toml").write_text('engine = "torch"\ndtype = "int4"\n', encoding="utf-8")
-    report = doctor()
-    assert "warning" not in report and "measured fastest" in report["config pins"]
+    # The flat engine, by its name or as it was spelt before it had one.
+    for text in ('engine = "flat"\n', 'engine = "torch"\ndtype = "int4"\n'):
+        (config / "config.toml").write_text(text, encoding="utf-8")
+        report = doctor()
+        assert "warning" not in report
+        assert report["config pins"] == "flat/int4, measured fastest here"

@@ -58,8 +58,8 @@ def test_doctor_reports_device_model_and_core() -> None:
         rows[label] = value.strip()
     # llama-cpp-python is installed here (make setup builds it), on a CPU: auto takes it.
     assert rows["engine (auto)"] == "llamacpp (for the default model, the GGUF's own types)"
-    # The torch engine's weight-only CPU formats, and the instruction set they pack for.
-    assert "int4" in rows["torch int4/int8"] and rows["packed weights"]
+    # The flat engine's weight-only CPU formats, and the instruction set they pack for.
+    assert "int4" in rows["flat engine"] and rows["packed weights"]
     assert rows["llama.cpp"] == f"llama-cpp-python {importlib.metadata.version('llama-cpp-python')}"
     flags = rows["cpu flags"].split()
     built = rows["llama.cpp build"].split()  # the features the build uses, e.g. AVX2 FMA

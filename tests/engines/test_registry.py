@@ -9,7 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from samchat.engines.registry import AUTO, DEFAULT, ENGINES, KINDS, engine_kind, native_gguf_kind
+from samchat.engines.registry import (
+    AUTO,
+    DEFAULT,
+    ENGINES,
+    FLAT,
+    KINDS,
+    TORCH,
+    engine_kind,
+    native_gguf_kind,
+    resolve,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,21 +49,43 @@ def test_every_kind_names_an_engine_that_opens() -> None:
         assert reason is None or isinstance(reason, str)
         assert set(kind.devices) <= {"cpu", "cuda", "mps"} and "cpu" in kind.devices
         assert kind.auto_device_type() in kind.devices
-        assert bool(kind.dtypes) == kind.torch_options
+        assert kind.dtypes or not kind.torch_options  # torch's options go with a --dtype
+        assert kind.auto_dtype == AUTO or kind.auto_dtype in kind.dtypes
     native = native_gguf_kind()
     assert native is not None and native.prepare is None and not native.torch_options
     with pytest.raises(KeyError, match="unknown engine 'nope'"):
         engine_kind("nope")
 
 
-def test_the_torch_dtypes_name_its_packed_formats() -> None:
-    """The registry and the option checks name the int4/int8 formats without importing torch;
-    quant.py defines them."""
+def test_the_flat_dtypes_name_its_packed_formats() -> None:
+    """The registry and the option checks name the flat engine's int4/int8 formats without
+    importing torch; quant.py defines them."""
     from samchat.engines.flat.exactness import REQUANTIZED
-    from samchat.engines.flat.loading import PACKED_DTYPES
+    from samchat.engines.flat.loading import DEFAULT_DTYPE, PACKED_DTYPES
     from samchat.engines.flat.quant import FORMATS
 
-    assert (*FORMATS, REQUANTIZED) == PACKED_DTYPES and set(PACKED_DTYPES) <= set(DEFAULT.dtypes)
+    assert (*FORMATS, REQUANTIZED) == PACKED_DTYPES == FLAT.dtypes
+    assert FLAT.auto_dtype == DEFAULT_DTYPE and not set(FLAT.dtypes) & set(TORCH.dtypes)
+
+
+@pytest.mark.parametrize(
+    ("asked", "named"),
+    [
+        (("torch", "int4"), ("flat", "int4")),  # the CLI spelling from before its own name
+        (("auto", "int8"), ("flat", "int8")),
+        (("torch", "int4-requantized"), ("flat", "int4-requantized")),
+        (("flat", "auto"), ("flat", "int4")),
+        (("flat", "int8"), ("flat", "int8")),
+        (("torch", "float32"), ("torch", "float32")),
+        (("torch", "auto"), ("torch", "auto")),
+        (("llamacpp", "auto"), ("llamacpp", "auto")),
+        (("auto", "auto"), ("auto", "auto")),
+    ],
+)
+def test_a_format_names_the_engine_that_runs_it(
+    asked: tuple[str, str], named: tuple[str, str]
+) -> None:
+    assert resolve(*asked) == named
 
 
 def test_no_engine_name_is_compared_outside_the_engines_package() -> None:

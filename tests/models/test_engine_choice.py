@@ -1,5 +1,6 @@
-"""Choosing the engine by measured speed: `samchat bench engines` times llama.cpp and the torch
-engine's int4 format on the real default GGUF and keeps the result; the app, serve and doctor
+"""Choosing the engine by measured speed: `samchat bench engines` times llama.cpp and the flat
+engine on the real default GGUF and keeps the result (a record kept before the flat engine had
+its own name is still read); the app, serve and doctor
 follow a kept record (fixed ones here, one where each engine wins) where the engine and dtype
 are left to auto; choices made by the user stand."""
 
@@ -35,15 +36,15 @@ pytestmark = pytest.mark.model
 # the app and serve must take, doctor's label for it).
 LLAMACPP_FASTER = [
     EngineSpeed("llamacpp", "auto", 6.5, "llama.cpp (a fixed record)"),
-    EngineSpeed("torch", "int4", 9.5, "torch int4 (a fixed record)"),
+    EngineSpeed("flat", "int4", 9.5, "flat int4 (a fixed record)"),
 ]
 INT4_FASTER = [
     EngineSpeed("llamacpp", "auto", 9.5, "llama.cpp (a fixed record)"),
-    EngineSpeed("torch", "int4", 6.5, "torch int4 (a fixed record)"),
+    EngineSpeed("flat", "int4", 6.5, "flat int4 (a fixed record)"),
 ]
 RECORDS = pytest.mark.parametrize(
     ("speeds", "winner"),
-    [(LLAMACPP_FASTER, ("llamacpp", "auto")), (INT4_FASTER, ("torch", "int4"))],
+    [(LLAMACPP_FASTER, ("llamacpp", "auto")), (INT4_FASTER, ("flat", "int4"))],
     ids=["llamacpp-faster", "int4-faster"],
 )
 
@@ -61,7 +62,7 @@ def test_both_engines_are_timed_and_kept_and_the_apps_first_reply_drafts(tmp_pat
     """bench engines (make setup) keeps each engine's speed and cost curve: the app's very
     first reply, on the engine it takes, drafts, and no timing of the machine follows it."""
     speeds = measure(ModelSpec(), tmp_path, lambda _: None)
-    assert [s.label for s in speeds] == ["llamacpp", "torch/int4"]
+    assert [s.label for s in speeds] == ["llamacpp", "flat/int4"]
     assert all(s.ms_per_token > 0 for s in speeds)
     assert "int4" in speeds[1].describe
     assert kept(tmp_path, ModelSpec()) == speeds
@@ -108,7 +109,7 @@ def test_serve_loads_the_engine_the_record_names(
     finally:
         assert server.stop() == 0, server.stderr()
     on_llamacpp = "with llama.cpp" in log
-    on_int4 = "(int4 on cpu)" in log
+    on_int4 = "flat engine (int4 on cpu)" in log
     assert (on_llamacpp, on_int4) == (winner[0] == "llamacpp", winner[1] == "int4"), log
 
 
@@ -125,7 +126,42 @@ def test_doctor_names_the_engine_the_record_names(
     row = dict(report(tmp_path / "data"))["engine (app, serve)"]
     label = winner[0] if winner[1] == "auto" else "/".join(winner)
     assert row.startswith(f"{label}, measured fastest here ("), row
-    assert "llamacpp " in row and "torch/int4 " in row and " 6.5 ms" in row and " 9.5 ms" in row
+    assert "llamacpp " in row and "flat/int4 " in row and " 6.5 ms" in row and " 9.5 ms" in row
+
+
+def test_a_record_kept_before_the_flat_engine_had_its_name_still_counts(tmp_path: Path) -> None:
+    """A record `samchat bench engines` kept when the flat engine was the torch engine's int4
+    format: its file named by the key of then (the flat engine's build under torch's name),
+    its speeds saying torch/int4. The app still takes the engine measured fastest, named
+    flat/int4 now, and the record is kept again under that name."""
+    import hashlib
+
+    from samchat.engines.cpu import cpu_name
+    from samchat.engines.flat.native import expected_forward
+    from samchat.paths import model_cache_dir
+
+    path = gguf_file(ModelSpec())
+    assert path is not None
+    stat = path.stat()
+    builds = f"torch={expected_forward(model_cache_dir())},llamacpp="
+    text = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{cpu_name()}|{builds}"
+    key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    old = tmp_path / "engine-speed" / f"{path.stem}-{key}.json"
+    old.parent.mkdir(parents=True)
+    speeds = [
+        {"engine": "llamacpp", "dtype": "auto", "ms_per_token": 9.5, "describe": "llama.cpp"},
+        {"engine": "torch", "dtype": "int4", "ms_per_token": 6.5, "describe": "torch int4"},
+    ]
+    old.write_text(json.dumps({"speeds": speeds}, indent=1) + "\n", encoding="utf-8")
+    assert not record_path(tmp_path, path).exists()
+    assert [s.label for s in kept(tmp_path, ModelSpec()) or []] == ["llamacpp", "flat/int4"]
+    chosen = preferred(ModelSpec(), tmp_path)
+    assert (chosen.engine, chosen.dtype, chosen.auto_engine) == ("flat", "int4", True)
+    again = json.loads(record_path(tmp_path, path).read_text(encoding="utf-8"))
+    assert [(s["engine"], s["dtype"]) for s in again["speeds"]] == [
+        ("llamacpp", "auto"),
+        ("flat", "int4"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -234,17 +270,17 @@ def test_speeds_are_kept_per_forward(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("SAMCHAT_MODEL_CACHE", str(models))
     monkeypatch.delenv("SAMCHAT_NATIVE_FORWARD", raising=False)
     python = record_path(tmp_path, gguf)
-    core = models / "native" / "lean-0123456789abcdef.so"
+    core = models / "native" / "flat-0123456789abcdef.so"
     core.parent.mkdir(parents=True)
     core.write_bytes(b"")
     native = record_path(tmp_path, gguf)
     assert native != python
     native.parent.mkdir(parents=True, exist_ok=True)
-    speeds = [{"engine": "torch", "dtype": "int4", "ms_per_token": 1.0, "describe": "native"}]
+    speeds = [{"engine": "flat", "dtype": "int4", "ms_per_token": 1.0, "describe": "native"}]
     native.write_text(json.dumps({"speeds": speeds}))
     assert kept(tmp_path, ModelSpec()) is not None
     chosen = preferred(ModelSpec(), tmp_path)
-    assert (chosen.engine, chosen.dtype, chosen.auto_engine) == ("torch", "int4", True)
+    assert (chosen.engine, chosen.dtype, chosen.auto_engine) == ("flat", "int4", True)
     monkeypatch.setenv("SAMCHAT_NATIVE_FORWARD", "0")
     assert record_path(tmp_path, gguf) == python
     assert kept(tmp_path, ModelSpec()) is None

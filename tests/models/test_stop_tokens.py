@@ -53,9 +53,9 @@ def test_a_hugging_face_model_stops_where_its_config_says() -> None:
 
 @pytest.mark.model
 def test_every_engine_stops_on_the_same_ids_for_a_gguf(gguf_lm: Any) -> None:
-    """The bundled GGUF: llama.cpp and the int4 torch engine stop on the same ids, which are
+    """The bundled GGUF: llama.cpp and the flat engine stop on the same ids, which are
     llama.cpp's own end-of-generation tokens, its end of sequence first."""
-    packed = load_model(ModelSpec(engine="torch", dtype="int4"))
+    packed = load_model(ModelSpec(engine="flat"))
     assert packed.eos_ids == gguf_lm.eos_ids
     weights = gguf_lm.model
     assert gguf_lm.eos_ids[0] == weights.eos_id

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "samchat"
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
 
-# A module path (dir/name.py, a bare name.py, lean.cpp, tiles.h, app.tcss) or a folder (dir/),
+# A module path (dir/name.py, a bare name.py, forward.cpp, tiles.h, app.tcss) or a folder (dir/),
 # with or without the samchat/ prefix; not a piece of a longer path, a URL or a dotted name.
 MENTION = re.compile(
     r"(?<![\w./-])((?:[A-Za-z_]\w*/)*(?:[A-Za-z_]\w*\.(?:py|cpp|h|tcss)\b|[A-Za-z_]\w*/(?![\w/-])))"
@@ -46,7 +46,7 @@ def _map_block() -> str:
 def _resolve_map() -> tuple[set[Path], list[str]]:
     """Each name in the module map, resolved by its place in the tree: under the section's
     folder (samchat/engines/), the sub-folder entry above it (torch/), and any folder the entry
-    named before it on its lines (native/ (lean.cpp, ...)); the first that exists, looking
+    named before it on its lines (native/ (forward.cpp, ...)); the first that exists, looking
     inside out, is the file named. Returns (the paths named, the names that resolve nowhere)."""
     named: set[Path] = set()
     missing: list[str] = []

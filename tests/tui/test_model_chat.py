@@ -263,7 +263,7 @@ async def test_opening_and_quitting_the_app_leaves_config_toml_as_it_was(
     curve: Any,
     text: str | None,
 ) -> None:
-    """The app decodes on the engine and format kept as measured fastest (torch/int4 here), and
+    """The app decodes on the engine and format kept as measured fastest (flat/int4 here), and
     that resolved choice stays in the cache: the user's file is not written."""
     from samchat.models.default import bundled_gguf
     from samchat.models.engine_choice import EngineSpeed, keep
@@ -272,7 +272,7 @@ async def test_opening_and_quitting_the_app_leaves_config_toml_as_it_was(
     keep(
         cache,
         bundled_gguf(),
-        [EngineSpeed("llamacpp", "auto", 9.0, "llama.cpp"), EngineSpeed("torch", "int4", 5.0, "")],
+        [EngineSpeed("llamacpp", "auto", 9.0, "llama.cpp"), EngineSpeed("flat", "int4", 5.0, "")],
     )
     if text is not None:
         config_path.parent.mkdir(parents=True)
@@ -280,7 +280,7 @@ async def test_opening_and_quitting_the_app_leaves_config_toml_as_it_was(
     app = make_app(autoload_model=True, cache_dir=cache, cost_curve=curve)
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for(pilot, lambda: app.model_state == "ready", 180)
-        assert app.lm is not None and (app.lm.engine, app.lm.dtype) == ("torch", "int4")
+        assert app.lm is not None and (app.lm.engine, app.lm.dtype) == ("flat", "int4")
         await pilot.press("ctrl+q")
     if text is None:
         assert not config_path.exists()
@@ -293,7 +293,8 @@ async def test_the_engine_picked_on_the_model_screen_runs_and_is_saved(
 ) -> None:
     app = make_app(config=config(4), cost_curve=curve)
     async with app.run_test(size=(120, 36)) as pilot:
-        for engine, types in (("torch", ("float32", "bfloat16")), ("llamacpp", ("Q4_1",))):
+        picks = (("torch", ("float32", "bfloat16")), ("flat", ("int4",)), ("llamacpp", ("Q4_1",)))
+        for engine, types in picks:
             await pilot.press("ctrl+l")
             await wait_for(pilot, lambda: isinstance(app.screen, ModelScreen))
             app.screen.query_one("#model-engine", Select).value = engine

@@ -106,6 +106,11 @@ class CostCurve:
         return cls({1: 1.0, max_inputs: 1.0}, fixed=True)
 
     @classmethod
+    def named(cls, name: str) -> CostCurve | None:
+        """The curve --cost-curve names in a word ("flat"), or None."""
+        return cls.flat() if name == "flat" else None
+
+    @classmethod
     def from_file(cls, path: Path) -> CostCurve:
         """A fixed curve from JSON: {"relative_cost": {"1": 1.0, "8": 1.6, ...}} (the cost
         cache's format) or the bare mapping."""

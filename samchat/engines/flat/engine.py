@@ -1,21 +1,21 @@
-"""The torch engine on packed int4/int8 weights (CPU): the lean forward (lean.py) behind the
-Engine interface. Verification rows equal one-token steps bit for bit, so drafting is lossless,
-and the int4 kernel's flat cost curve lets drafts pay."""
+"""The flat engine: packed int4/int8 weights on the CPU, the native forward (native/) or the
+Python one (forward.py) behind the Engine interface. Verification rows equal one-token steps
+bit for bit, so drafting is lossless, and its flat cost curve lets drafts pay."""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
-from samchat.engines.base import Logits
+from samchat.engines.base import EngineModel, Logits
 from samchat.engines.costs.cache import CurveMemo
 from samchat.engines.costs.curve import CostCurve
 from samchat.engines.costs.measurement import measure_engine
-from samchat.engines.flat.forward import TAIL, LeanCache, LeanModel, run
+from samchat.engines.flat.forward import TAIL, FlatCache, FlatModel, run
 from samchat.engines.flat.native import forward as native_forward
 
 if TYPE_CHECKING:
@@ -27,8 +27,8 @@ def _host(logits: torch.Tensor) -> Logits:
     return out
 
 
-class LeanEngine:
-    name = "torch"
+class FlatEngine:
+    name = "flat"
     device_type = "cpu"
     # Every row is computed alone, so pieces of any size give the same cache: pieces this
     # long keep a long read cancellable without costing speed.
@@ -38,13 +38,16 @@ class LeanEngine:
     tree_reason: str | None = None
     inexact_reason: str | None = None
 
-    def __init__(self, lm: Any, cache_dir: Path | None = None, native: bool = True) -> None:
+    def __init__(self, lm: EngineModel, cache_dir: Path | None = None, native: bool = True) -> None:
+        model = lm.model
+        if not isinstance(model, FlatModel):
+            raise TypeError(f"the flat engine runs packed weights, not {type(model).__name__}")
         self.lm = lm
-        self.model: LeanModel = lm.model
+        self.model = model
         # The compiled forward where it loaded; native=False runs the Python one (tests).
         self._native = self.model.native if native else None
         self.cache_dir = cache_dir  # where measured costs are kept (None: this process only)
-        self._cache = LeanCache(self.model.shape)
+        self._cache = FlatCache(self.model.shape)
         self._length = 0
         # After a tree forward: where it started. The native forward writes a tree's inputs
         # in place; the Python one keeps them in the scratch rows.
@@ -122,15 +125,15 @@ class LeanEngine:
         self._length = self._cache.length = start + len(keep)
 
     @property
-    def meter(self) -> LeanMeter:
-        return LeanMeter(self)
+    def meter(self) -> FlatMeter:
+        return FlatMeter(self)
 
 
-class LeanMeter:
-    """The lean engine's measuring: its cost curve, on an engine of its own (kept in lm.curves
+class FlatMeter:
+    """The flat engine's measuring: its cost curve, on an engine of its own (kept in lm.curves
     and the cost cache)."""
 
-    def __init__(self, engine: LeanEngine) -> None:
+    def __init__(self, engine: FlatEngine) -> None:
         self.engine = engine
         self.lm = engine.lm
         self.curves: CurveMemo = engine.lm.curves
@@ -146,10 +149,10 @@ class LeanMeter:
 
         lm = self.lm
         return {
-            "engine": "torch",
+            "engine": "flat",
             "model": str(getattr(lm, "name", "")),
             "source": str(getattr(lm, "source", "")),
-            "shape": f"lean {self.model.shape.arch}, {self.model.parameters_count} parameters",
+            "shape": f"{self.model.shape.arch}, {self.model.parameters_count} parameters",
             "device": "cpu",
             "dtype": self.model.fmt,
             "forward": "native" if self._in_place else "python",
@@ -173,7 +176,7 @@ class LeanMeter:
     def cost_curve(self, cancelled: Callable[[], bool] | None = None) -> CostCurve:
         def measure() -> CostCurve:
             # On an engine of its own: this one's cache holds the conversation.
-            other = LeanEngine(self.lm, native=self._in_place)
+            other = FlatEngine(self.lm, native=self._in_place)
             return measure_engine(other, self.model.shape.vocab, cancelled=cancelled)
 
         return self.curves.get(self._digest(), self._curve_file(), measure, self._about())
@@ -184,6 +187,7 @@ class LeanMeter:
         kind = "native" if self._in_place else "Python"
         note = "" if self._in_place else " on torch's kernels (not the native forward's numbers)"
         return (
-            f"torch {torch.__version__} ({self.model.fmt} weight-only on cpu, {cap}; {kind} lean "
-            f"{self.model.shape.arch} forward{note}, rows exact; weights {self.model.about})"
+            f"flat engine, torch {torch.__version__} ({self.model.fmt} weight-only on cpu, {cap}; "
+            f"{kind} {self.model.shape.arch} forward{note}, rows exact; weights "
+            f"{self.model.about})"
         )

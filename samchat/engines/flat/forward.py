@@ -1,6 +1,7 @@
-"""A lean forward of llama, qwen2 and qwen3 models on weight-only int4/int8 linears (CPU),
-whose every row is computed the same way whatever the number of rows, so that verifying k
-drafted tokens gives the logits k one-token steps would, bit for bit.
+"""The flat engine's model, its cache and its Python forward of llama, qwen2 and qwen3 models
+on weight-only int4/int8 linears (CPU), whose every row is computed the same way whatever the
+number of rows, so that verifying k drafted tokens gives the logits k one-token steps would,
+bit for bit.
 
 Linears and the element-wise parts (biases, rms_norm, rotary, SiLU) are row-exact as they are;
 attention is not when its rows share one call (a k-row bfloat16 SDPA rounds differently from a
@@ -21,9 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 import torch
 import torch.nn.functional as F
 
@@ -70,7 +72,7 @@ def rotary_tables(
     step = np.power(np.float32(shape.rope_base), np.float32(-2.0 / shape.head_dim))
     start = np.full((shape.context + TAIL, half), step, dtype=np.float32)
     start[:, 0] = np.arange(shape.context + TAIL, dtype=np.float32)
-    theta: np.ndarray[Any, np.dtype[np.float32]]
+    theta: npt.NDArray[np.float32]
     theta = np.multiply.accumulate(start, axis=1, dtype=np.float32)
     if factors is not None:
         theta = np.divide(theta, factors.numpy().astype(np.float32), dtype=np.float32)
@@ -82,7 +84,7 @@ def rotary_tables(
     return both.contiguous(), signed.contiguous()
 
 
-class LeanModel:
+class FlatModel:
     """The packed weights of a llama, qwen2 or qwen3 model, shared by every engine made from
     it."""
 
@@ -137,7 +139,7 @@ class LeanModel:
         return s.layers * per_layer + s.vocab * s.hidden
 
 
-class LeanCache:
+class FlatCache:
     """Keys and values of every layer, (layers, 2, capacity + TAIL + 1, kv heads, head dim)
     bfloat16: rows by position, then TAIL scratch rows where a tree's inputs wait for commit,
     then one zero row that pads every tail."""
@@ -188,7 +190,7 @@ class _Plan:
     """What every layer of one forward reads: positions, tail gathers and masks, prefixes."""
 
     def __init__(
-        self, cache: LeanCache, n: int, parents: list[int] | None, device: torch.device
+        self, cache: FlatCache, n: int, parents: list[int] | None, device: torch.device
     ) -> None:
         length = cache.length
         if parents is None:  # a sequence: row i at length + i, written in place
@@ -223,14 +225,14 @@ class _Plan:
             sel = None if len(rows) == n else torch.tensor(rows, device=device)
             self.prefixes.append(_Prefix(b, sel, fill))
 
-    def _where(self, cache: LeanCache, x: int, anc: list[int], length: int) -> int:
+    def _where(self, cache: FlatCache, x: int, anc: list[int], length: int) -> int:
         """The cache row holding position x of a row's sequence."""
         if x < length or self.in_place:
             return x
         return cache.scratch + anc[x - length]
 
 
-def _attention(cache: LeanCache, layer: int, q: torch.Tensor, plan: _Plan) -> torch.Tensor:
+def _attention(cache: FlatCache, layer: int, q: torch.Tensor, plan: _Plan) -> torch.Tensor:
     """q (n, kv heads, group, head dim) bfloat16 -> (n, heads * head dim) bfloat16."""
     buf = cache.buf[layer]
     n, kv, _, hd = q.shape
@@ -267,15 +269,15 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 def run(
-    model: LeanModel,
-    cache: LeanCache,
+    model: FlatModel,
+    cache: FlatCache,
     ids: list[int],
     parents: list[int] | None,
     logits_rows: int,
 ) -> torch.Tensor | None:
     """Append ids at cache.length + depth (a sequence when parents is None, else the tree
     they describe; a tree waits in the scratch rows) and return the logits (float32) of the
-    last `logits_rows` inputs. The cache's length is not advanced: see LeanEngine.commit."""
+    last `logits_rows` inputs. The cache's length is not advanced: see FlatEngine.commit."""
     s = model.shape
     n = len(ids)
     device = torch.device("cpu")

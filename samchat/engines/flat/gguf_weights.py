@@ -8,29 +8,41 @@ refused (exactness.NotExactError) unless requantizing was asked for."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from samchat.engines.flat.exactness import NotExactError
 from samchat.engines.flat.shape import LlamaShape
 from samchat.errors import InexactError, ModelLoadError
 
+if TYPE_CHECKING:
+    from gguf import GGUFReader, ReaderTensor
+
 BLOCK = 32  # values per 4-bit group, and per group of activations rounded to 8 bits
 GROUP8 = 16  # values per group of 8-bit weights (the K-quants' smallest sub-block)
 F32 = np.float32
-Array = np.ndarray[Any, Any]
+Bytes = npt.NDArray[np.uint8]  # a tensor's blocks, one row of bytes each
+Floats32 = npt.NDArray[np.float32]
+Rows = npt.NDArray[np.intp]  # an order of rows
+# A block type's numbers: 4-bit (0..15) or signed 8-bit values, and their scale and offset.
+Codes = npt.NDArray[np.uint8] | npt.NDArray[np.int8]
+Parts = tuple[Codes, Floats32, Floats32]
+# Float weights as the file holds them (bfloat16 as its uint16 bits).
+FileFloats = npt.NDArray[np.float32 | np.float16 | np.uint16]
 
 
 @dataclass
 class Blocks4:
     """4-bit weights (rows, cols): value = q * scale + offset, q in 0..15, per group of 32."""
 
-    q: np.ndarray[Any, np.dtype[np.uint8]]
-    scale: np.ndarray[Any, np.dtype[np.float32]]  # (rows, cols / 32)
-    offset: np.ndarray[Any, np.dtype[np.float32]]
+    q: npt.NDArray[np.uint8]
+    scale: Floats32  # (rows, cols / 32)
+    offset: Floats32
     kind: str = "Q4_1"
 
     @property
@@ -38,10 +50,10 @@ class Blocks4:
         rows, cols = self.q.shape
         return rows, cols
 
-    def dequantize(self) -> np.ndarray[Any, np.dtype[np.float32]]:
+    def dequantize(self) -> Floats32:
         return _values(self.q, self.scale, self.offset, BLOCK)
 
-    def take_rows(self, order: np.ndarray[Any, np.dtype[np.intp]]) -> Blocks4:
+    def take_rows(self, order: Rows) -> Blocks4:
         return Blocks4(self.q[order], self.scale[order], self.offset[order], self.kind)
 
     def as8(self) -> Blocks8:
@@ -55,9 +67,9 @@ class Blocks4:
 class Blocks8:
     """Signed 8-bit weights (rows, cols): value = q * scale + offset, per group of 16."""
 
-    q: np.ndarray[Any, np.dtype[np.int8]]
-    scale: np.ndarray[Any, np.dtype[np.float32]]  # (rows, cols / 16)
-    offset: np.ndarray[Any, np.dtype[np.float32]]
+    q: npt.NDArray[np.int8]
+    scale: Floats32  # (rows, cols / 16)
+    offset: Floats32
     kind: str = "Q8_0"
 
     @property
@@ -65,10 +77,10 @@ class Blocks8:
         rows, cols = self.q.shape
         return rows, cols
 
-    def dequantize(self) -> np.ndarray[Any, np.dtype[np.float32]]:
+    def dequantize(self) -> Floats32:
         return _values(self.q, self.scale, self.offset, GROUP8)
 
-    def take_rows(self, order: np.ndarray[Any, np.dtype[np.intp]]) -> Blocks8:
+    def take_rows(self, order: Rows) -> Blocks8:
         return Blocks8(self.q[order], self.scale[order], self.offset[order], self.kind)
 
 
@@ -77,7 +89,7 @@ class Floats:
     """Float weights (rows, cols) as the file stores them: float32, float16, or bfloat16
     (uint16 bits, numpy having no bfloat16)."""
 
-    values: Array
+    values: FileFloats
     kind: str = "F32"
 
     @property
@@ -85,65 +97,63 @@ class Floats:
         rows, cols = self.values.shape
         return rows, cols
 
-    def dequantize(self) -> np.ndarray[Any, np.dtype[np.float32]]:
+    def dequantize(self) -> Floats32:
         if self.kind == "BF16":
             bits = self.values.astype(np.uint32) << np.uint32(16)
-            out: np.ndarray[Any, np.dtype[np.float32]] = bits.view(F32)
+            out: Floats32 = bits.view(F32)
             return out
         return np.asarray(self.values, dtype=F32)
 
-    def take_rows(self, order: np.ndarray[Any, np.dtype[np.intp]]) -> Floats:
+    def take_rows(self, order: Rows) -> Floats:
         return Floats(np.ascontiguousarray(self.values[order]), self.kind)
 
 
 # A tensor as read: a quantized or float matrix, or a float32 vector (a norm's weights).
-Tensor = Blocks4 | Blocks8 | Floats | np.ndarray[Any, np.dtype[np.float32]]
+Tensor = Blocks4 | Blocks8 | Floats | Floats32
 
 
 def kind_of(w: Tensor) -> str:
     return "F32" if isinstance(w, np.ndarray) else w.kind
 
 
-def dequantized(w: Tensor) -> np.ndarray[Any, np.dtype[np.float32]]:
+def dequantized(w: Tensor) -> Floats32:
     return w if isinstance(w, np.ndarray) else w.dequantize()
 
 
-def _values(q: Array, scale: Array, offset: Array, group: int) -> np.ndarray[Any, Any]:
+def _values(q: Codes, scale: Floats32, offset: Floats32, group: int) -> Floats32:
     """q * scale + offset in float32, two roundings (the product is exact): as llama.cpp."""
     rows, cols = q.shape
     g = q.reshape(rows, cols // group, group).astype(F32)
     w = g * scale[..., None] + offset[..., None]
-    out: np.ndarray[Any, Any] = w.reshape(rows, cols).astype(F32)
+    out: Floats32 = w.reshape(rows, cols).astype(F32)
     return out
 
 
-def _f16(b: Array, at: int) -> np.ndarray[Any, np.dtype[np.float32]]:
+def _f16(b: Bytes, at: int) -> Floats32:
     """The float16 at byte `at` of each block, as float32 (exact)."""
-    out: np.ndarray[Any, np.dtype[np.float32]] = (
-        np.ascontiguousarray(b[..., at : at + 2]).view(np.float16)[..., 0].astype(F32)
-    )
+    out: Floats32 = np.ascontiguousarray(b[..., at : at + 2]).view(np.float16)[..., 0].astype(F32)
     return out
 
 
-def _bits(b: Array, shifts: list[int], mask: int) -> Array:
+def _bits(b: Bytes, shifts: list[int], mask: int) -> Bytes:
     """(n, m) bytes -> (n, len(shifts), m): each byte shifted by each shift, masked."""
     s = np.array(shifts, dtype=np.uint8).reshape(1, -1, 1)
-    out: Array = (b[:, None, :] >> s) & np.uint8(mask)
+    out: Bytes = (b[:, None, :] >> s) & np.uint8(mask)
     return out
 
 
-def _q4_0(b: Array) -> tuple[Array, Array, Array]:
+def _q4_0(b: Bytes) -> Parts:
     d = _f16(b, 0)
     q = _bits(b[:, 2:18], [0, 4], 0x0F).reshape(-1, 32)
     return q, d[:, None], (-8.0 * d)[:, None]
 
 
-def _q4_1(b: Array) -> tuple[Array, Array, Array]:
+def _q4_1(b: Bytes) -> Parts:
     q = _bits(b[:, 4:20], [0, 4], 0x0F).reshape(-1, 32)
     return q, _f16(b, 0)[:, None], _f16(b, 2)[:, None]
 
 
-def _q5(b: Array, with_min: bool) -> tuple[Array, Array, Array]:
+def _q5(b: Bytes, with_min: bool) -> Parts:
     at = 4 if with_min else 2
     qh = np.ascontiguousarray(b[:, at : at + 4]).view(np.uint32)  # (n, 1)
     high = ((qh >> np.arange(32, dtype=np.uint32)[None, :]) & np.uint32(1)).astype(np.uint8)
@@ -155,12 +165,12 @@ def _q5(b: Array, with_min: bool) -> tuple[Array, Array, Array]:
     return q - np.int8(16), d[:, None], np.zeros_like(d)[:, None]
 
 
-def _q8_0(b: Array) -> tuple[Array, Array, Array]:
+def _q8_0(b: Bytes) -> Parts:
     d = _f16(b, 0)
     return np.ascontiguousarray(b[:, 2:34]).view(np.int8), d[:, None], np.zeros_like(d)[:, None]
 
 
-def _scale_min_k4(s: Array) -> tuple[Array, Array]:
+def _scale_min_k4(s: Bytes) -> tuple[Floats32, Floats32]:
     """Q4_K/Q5_K's twelve bytes of 6-bit scales and mins (ggml's get_scale_min_k4)."""
     d, m, md = s[:, 0:4], s[:, 4:8], s[:, 8:12]
     sc = np.concatenate([d & 0x3F, (md & 0x0F) | ((d >> 2) & 0x30)], axis=-1)
@@ -168,14 +178,14 @@ def _scale_min_k4(s: Array) -> tuple[Array, Array]:
     return sc.astype(F32), mn.astype(F32)
 
 
-def _q4_k(b: Array) -> tuple[Array, Array, Array]:
+def _q4_k(b: Bytes) -> Parts:
     d, dmin = _f16(b, 0)[:, None], _f16(b, 2)[:, None]
     sc, mn = _scale_min_k4(b[:, 4:16])
     q = b[:, 16:144].reshape(-1, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
     return (q & np.uint8(0x0F)).reshape(-1, 256), d * sc, -(dmin * mn)
 
 
-def _q5_k(b: Array) -> tuple[Array, Array, Array]:
+def _q5_k(b: Bytes) -> Parts:
     d, dmin = _f16(b, 0)[:, None], _f16(b, 2)[:, None]
     sc, mn = _scale_min_k4(b[:, 4:16])
     qh = b[:, 16:48]
@@ -186,7 +196,7 @@ def _q5_k(b: Array) -> tuple[Array, Array, Array]:
     return q, np.repeat(d * sc, 2, axis=1), np.repeat(-(dmin * mn), 2, axis=1)
 
 
-def _q6_k(b: Array) -> tuple[Array, Array, Array]:
+def _q6_k(b: Bytes) -> Parts:
     ql = b[:, 0:128].reshape(-1, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
     ql = (ql & np.uint8(0x0F)).reshape(-1, 8, 32)
     qh = b[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
@@ -197,7 +207,7 @@ def _q6_k(b: Array) -> tuple[Array, Array, Array]:
     return q, d * sc, np.zeros_like(sc)
 
 
-def _q2_k(b: Array) -> tuple[Array, Array, Array]:
+def _q2_k(b: Bytes) -> Parts:
     sc = b[:, 0:16]
     q = b[:, 16:80].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
     q = (q & np.uint8(3)).reshape(-1, 256).astype(np.int8)
@@ -205,7 +215,7 @@ def _q2_k(b: Array) -> tuple[Array, Array, Array]:
     return q, d * (sc & 0x0F).astype(F32), -(dmin * (sc >> 4).astype(F32))
 
 
-def _q3_k(b: Array) -> tuple[Array, Array, Array]:
+def _q3_k(b: Bytes) -> Parts:
     hmask, qs, s = b[:, 0:32], b[:, 32:96], b[:, 96:108]
     d = _f16(b, 108)[:, None]
     low = (s[:, 0:8].reshape(-1, 1, 8) >> np.array([0, 4], np.uint8).reshape(1, 2, 1)).reshape(
@@ -224,7 +234,7 @@ def _q3_k(b: Array) -> tuple[Array, Array, Array]:
 
 
 # GGUF type -> (bytes per block, values per block, reader, 4-bit values, per-block groups).
-_READERS: dict[str, tuple[int, int, Any, bool]] = {
+_READERS: dict[str, tuple[int, int, Callable[[Bytes], Parts], bool]] = {
     "Q4_0": (18, 32, _q4_0, True),
     "Q4_1": (20, 32, _q4_1, True),
     "Q4_K": (144, 256, _q4_k, True),
@@ -239,7 +249,7 @@ _READERS: dict[str, tuple[int, int, Any, bool]] = {
 EXACT_TYPES = (*_READERS, "F32", "F16", "BF16")
 
 
-def decode(tensor: Any, requantize: bool = False) -> Tensor:
+def decode(tensor: ReaderTensor, requantize: bool = False) -> Tensor:
     """One GGUFReader tensor, (rows, cols) as torch lays a linear's weight out, with its own
     numbers. A type not read here raises NotExactError, or is dequantized to float32 rows when
     `requantize` (the caller then quantizes it again, as asked)."""
@@ -259,7 +269,7 @@ def decode(tensor: Any, requantize: bool = False) -> Tensor:
         size, per, read, four = _READERS[kind.name]
         blocks = np.ascontiguousarray(raw).view(np.uint8).reshape(-1, size)
         q, scale, offset = read(blocks)
-        q = np.ascontiguousarray(q).reshape(rows, cols)
+        codes = np.ascontiguousarray(q).reshape(rows, cols)
         group = BLOCK if four else GROUP8
         reps = per // group // scale.shape[1]  # per-32 scales repeated for groups of 16
         scale = np.ascontiguousarray(np.repeat(scale, reps, axis=1) if reps != 1 else scale)
@@ -267,8 +277,8 @@ def decode(tensor: Any, requantize: bool = False) -> Tensor:
         scale = scale.astype(F32).reshape(rows, cols // group)
         offset = offset.astype(F32).reshape(rows, cols // group)
         if four:
-            return Blocks4(q.astype(np.uint8), scale, offset, kind.name)
-        return Blocks8(q.astype(np.int8), scale, offset, kind.name)
+            return Blocks4(codes.astype(np.uint8), scale, offset, kind.name)
+        return Blocks8(codes.astype(np.int8), scale, offset, kind.name)
     if kind == T.F32:
         return Floats(np.ascontiguousarray(raw.view(F32).reshape(rows, cols)), "F32")
     if kind == T.F16:
@@ -291,22 +301,42 @@ def _unpermute(w: Tensor, heads: int) -> Tensor:
     return w.take_rows(order)
 
 
-def _field(reader: Any, key: str, default: Any = None) -> Any:
+def _value(reader: GGUFReader, key: str, default: float | str | None = None) -> object:
+    """A metadata value (a number, a string, or a list of them per layer), else `default`;
+    ModelLoadError where there is neither."""
     field = reader.fields.get(key)
     if field is None:
         if default is None:
             raise ModelLoadError(f"the GGUF file has no {key}; it is not a LLaMA-family model")
         return default
-    return field.contents()
+    value: object = field.contents()
+    return value
 
 
-def _uniform(reader: Any, key: str, default: Any = None) -> int:
+def _number(reader: GGUFReader, key: str, default: float | None = None) -> float:
+    value = _value(reader, key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ModelLoadError(f"the GGUF file's {key} is {value!r}, not a number")
+    return value
+
+
+def _int(reader: GGUFReader, key: str, default: int | None = None) -> int:
+    return int(_number(reader, key, default))
+
+
+def _text(reader: GGUFReader, key: str, default: str | None = None) -> str:
+    return str(_value(reader, key, default))
+
+
+def _uniform(reader: GGUFReader, key: str, default: int | None = None) -> int:
     """A count that may be given per layer: one value for every layer, or InexactError."""
-    value = _field(reader, key, default)
+    value = _value(reader, key, default)
     if isinstance(value, list):
         if len(set(value)) != 1:
             raise InexactError(f"{key} differs between layers, which the flat engine does not run")
         value = value[0]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ModelLoadError(f"the GGUF file's {key} is {value!r}, not a number")
     return int(value)
 
 
@@ -335,21 +365,18 @@ _QK_NORMS = {("attn_q_norm", "weight"): "q_norm", ("attn_k_norm", "weight"): "k_
 _ROTATED = ("q", "k", "q_bias", "k_bias")
 
 
-def _rope(reader: Any, arch: str, name: str) -> tuple[float, float]:
+def _rope(reader: GGUFReader, arch: str, name: str) -> tuple[float, float]:
     """The rotary scale (1 / the linear factor) and attention factor llama.cpp applies;
     InexactError for a scaling it computes otherwise (YaRN, LongRoPE)."""
-    kind = str(_field(reader, f"{arch}.rope.scaling.type", "linear"))
-    factor = float(
-        _field(
-            reader, f"{arch}.rope.scaling.factor", _field(reader, f"{arch}.rope.scale_linear", 0.0)
-        )
-    )
+    kind = _text(reader, f"{arch}.rope.scaling.type", "linear")
+    linear = _number(reader, f"{arch}.rope.scale_linear", 0.0)
+    factor = _number(reader, f"{arch}.rope.scaling.factor", linear)
     if kind not in ("none", "linear"):
         raise InexactError(
             f"{name} uses {kind} rope scaling, which the flat engine does not compute"
         )
     scale = 1.0 if kind == "none" or factor == 0.0 else 1.0 / factor
-    return scale, float(_field(reader, f"{arch}.rope.scaling.attn_factor", 1.0))
+    return scale, _number(reader, f"{arch}.rope.scaling.attn_factor", 1.0)
 
 
 def read_gguf(path: Path, requantize: bool = False) -> tuple[LlamaShape, dict[str, Tensor]]:
@@ -363,25 +390,25 @@ def read_gguf(path: Path, requantize: bool = False) -> tuple[LlamaShape, dict[st
         reader = GGUFReader(path)
     except Exception as exc:  # gguf raises ValueError, struct.error, ...: all "unreadable"
         raise ModelLoadError(f"could not read {path}: not a readable GGUF file ({exc})") from exc
-    arch = str(_field(reader, "general.architecture"))
+    arch = _text(reader, "general.architecture")
     if arch not in FAMILIES:
         raise InexactError(
             f"{path.name} is a {arch} model; the flat engine runs {', '.join(FAMILIES)} models"
         )
     heads = _uniform(reader, f"{arch}.attention.head_count")
-    hidden = int(_field(reader, f"{arch}.embedding_length"))
-    head_dim = int(_field(reader, f"{arch}.attention.key_length", hidden // heads))
-    values = int(_field(reader, f"{arch}.attention.value_length", head_dim))
-    rotated = int(_field(reader, f"{arch}.rope.dimension_count", head_dim))
+    hidden = _int(reader, f"{arch}.embedding_length")
+    head_dim = _int(reader, f"{arch}.attention.key_length", hidden // heads)
+    values = _int(reader, f"{arch}.attention.value_length", head_dim)
+    rotated = _int(reader, f"{arch}.rope.dimension_count", head_dim)
     if values != head_dim or rotated != head_dim:
         raise InexactError(
             f"{path.name} has keys of {head_dim}, values of {values} and {rotated} rotated "
             "dimensions; the flat engine runs heads that are all three alike"
         )
-    context = int(_field(reader, f"{arch}.context_length"))
+    context = _int(reader, f"{arch}.context_length")
     # A sliding window (Mistral) attends to the last W positions: within W, every position
     # attends to all before it, so the context stops there and every row is the file's model.
-    window = int(_field(reader, f"{arch}.attention.sliding_window", 0))
+    window = _int(reader, f"{arch}.attention.sliding_window", 0)
     if 0 < window < context:
         context = window
     scale, attn = _rope(reader, arch, path.name)
@@ -394,8 +421,8 @@ def read_gguf(path: Path, requantize: bool = False) -> tuple[LlamaShape, dict[st
         head_dim=head_dim,
         vocab=0,
         context=context,
-        eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
-        rope_base=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
+        eps=_number(reader, f"{arch}.attention.layer_norm_rms_epsilon"),
+        rope_base=_number(reader, f"{arch}.rope.freq_base", 10000.0),
         arch=arch,
         rope_scale=scale,
         rope_attn=attn,

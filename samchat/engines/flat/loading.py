@@ -1,32 +1,38 @@
-"""Loading a model in the torch engine's CPU weight formats (`--dtype int4` / `int8`): what
-they refuse, and the packed model itself (packed.py does the packing)."""
+"""Loading a model on the flat engine (the registry's hooks for it): what its formats
+(`--dtype int4`, `int8`, `int4-requantized`) refuse, and the packed model itself (packed.py
+does the packing).
+
+Importing this module imports no torch: the loader checks options before anything heavy."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from samchat.engines.weights import WeightOptions, Weights, WeightsRequest
+from samchat.engines.weights import ModelFiles, WeightOptions, Weights, WeightsRequest
 from samchat.errors import ModelLoadError
 
-# quant.FORMATS and exactness.REQUANTIZED, named here as well: the options are checked before
-# torch is imported. int4 holds a GGUF's own numbers; int8 and int4-requantized requantize.
+# The registry's FLAT.dtypes, quant.FORMATS and exactness.REQUANTIZED, named here as well: the
+# options are checked before torch is imported. int4 holds a GGUF's own numbers; int8 and
+# int4-requantized requantize.
 PACKED_DTYPES = ("int4", "int8", "int4-requantized")
+DEFAULT_DTYPE = "int4"  # what `--engine flat` runs without a --dtype
 # How each is named in messages, the status bar, doctor and bench JSON.
 LABELS = {"int4-requantized": "int4 (requantized)"}
 
 
-def is_packed(options: WeightOptions) -> bool:
-    return options.dtype in PACKED_DTYPES
+def _format(options: WeightOptions) -> str:
+    return DEFAULT_DTYPE if options.dtype == "auto" else options.dtype
 
 
-def check_packed_options(options: WeightOptions) -> None:
-    """int4 / int8 are the CPU's weight-only formats: refuse what they cannot take."""
-    if not is_packed(options):
+def check_options(options: WeightOptions) -> None:
+    """The flat engine's formats are the CPU's weight-only ones: refuse what they cannot
+    take (any other engine's options are that engine's to check)."""
+    if options.dtype not in PACKED_DTYPES:
         return
     if options.device not in ("auto", "cpu"):
         raise ModelLoadError(
-            f"--dtype {options.dtype} runs on the CPU; drop --device {options.device} "
-            "or use --dtype bfloat16 there"
+            f"--dtype {options.dtype} runs on the CPU (the flat engine); drop --device "
+            f"{options.device} or use --dtype bfloat16 there"
         )
     if options.quantize or options.cuda_graphs:
         raise ModelLoadError(
@@ -35,24 +41,26 @@ def check_packed_options(options: WeightOptions) -> None:
         )
 
 
-def check_packed_source(request: WeightsRequest) -> None:
+def prepare(request: WeightsRequest) -> ModelFiles:
+    """The files as found: a GGUF file, or a local Hugging Face directory to pack."""
     files = request.files
     if not files.local:
         raise ModelLoadError(
-            f"--dtype {request.options.dtype} packs a local model; download {files.path} "
-            "first (or pass a .gguf file or model directory)"
+            f"the flat engine packs a local model; download {files.path} first (or pass a "
+            ".gguf file or model directory)"
         )
+    return files
 
 
-def load_packed(request: WeightsRequest) -> Weights:
-    """A LLaMA-family model in the weight-only int4/int8 format on the CPU: a GGUF file (the
-    bundled default too) or a local Hugging Face directory, packed once for this CPU and kept
-    in the model cache."""
+def load_weights(request: WeightsRequest) -> Weights:
+    """A llama, qwen2 or qwen3 model in a weight-only int4/int8 format on the CPU: a GGUF file
+    (the bundled default too) or a local Hugging Face directory, packed once for this CPU and
+    kept in the model cache."""
     import torch
 
-    from samchat.engines.flat.packed import load_lean
+    from samchat.engines.flat.packed import load_flat
 
-    files, fmt = request.files, request.options.dtype
-    request.say(f"loading weights of {files.name} ({fmt} on cpu)")
-    model = load_lean(Path(files.location), files.name, fmt, request.cache_dir, request.say)
+    files, fmt = request.files, _format(request.options)
+    request.say(f"loading weights of {files.name} on the flat engine ({fmt} on cpu)")
+    model = load_flat(Path(files.location), files.name, fmt, request.cache_dir, request.say)
     return Weights(model=model, device=torch.device("cpu"), dtype=LABELS.get(fmt, fmt))

@@ -14,13 +14,13 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from samchat.engines.flat.exactness import REQUANTIZED
-from samchat.engines.flat.forward import LeanModel
+from samchat.engines.flat.forward import FlatModel
 from samchat.engines.flat.gguf_weights import Tensor, dequantized, kind_of, read_gguf
 from samchat.engines.flat.quant import FORMATS, Embedding, output_tiles, pack, pack8, tiles
 from samchat.engines.flat.shape import LlamaShape
@@ -67,7 +67,7 @@ def kept_path(cache_dir: Path, name: str, identity: str, fmt: str) -> Path:
 def convert(
     shape: LlamaShape, tensors: dict[str, Tensor], fmt: str, requantize: bool = False
 ) -> dict[str, torch.Tensor]:
-    """The lean forward's tensors: fused q/k/v and gate/up, each linear packed in `fmt` for
+    """The flat engine's tensors: fused q/k/v and gate/up, each linear packed in `fmt` for
     torch's kernels (the Python forward) and as tiles of its own numbers for the native one
     (every part requantized to 4 bits only with `requantize`), the output projection's tiles
     and int8, and the embedding's own rows."""
@@ -137,7 +137,7 @@ def hf_tensors(directory: Path) -> tuple[LlamaShape, dict[str, Tensor]]:
     files = sorted(directory.glob("*.safetensors"))
     if not files:
         raise ModelLoadError(f"{directory} has no safetensors weights for --dtype int4/int8")
-    raw: dict[str, Any] = {}
+    raw: dict[str, npt.NDArray[np.generic]] = {}
     for f in files:
         raw.update(load_file(str(f)))
     names = {
@@ -219,9 +219,9 @@ def _read(path: Path, key: dict[str, str]) -> tuple[LlamaShape, dict[str, torch.
     return shape, {k: _aligned(v) for k, v in load_file(str(path)).items()}, meta.get("held", "")
 
 
-def load_lean(
+def load_flat(
     source: Path, name: str, fmt: str, cache_dir: Path | None, say: Say | None = None
-) -> LeanModel:
+) -> FlatModel:
     """The model at `source` (a GGUF file or a Hugging Face directory) in `fmt`: mapped from
     the kept packed file in cache_dir, or packed now (and kept, when there is a cache_dir),
     on the native forward where it builds."""
@@ -233,7 +233,7 @@ def load_lean(
     return model
 
 
-def _packed(source: Path, name: str, fmt: str, cache_dir: Path | None, notice: Say) -> LeanModel:
+def _packed(source: Path, name: str, fmt: str, cache_dir: Path | None, notice: Say) -> FlatModel:
     identity = file_identity(source)
     key = _key(identity, fmt)
     path = kept_path(cache_dir, name, identity, fmt) if cache_dir is not None else None
@@ -242,7 +242,7 @@ def _packed(source: Path, name: str, fmt: str, cache_dir: Path | None, notice: S
     if path is not None and path.is_file():
         try:
             shape, tensors, held = _read(path, key)
-            return LeanModel(kernels, shape, tensors, f"mapped {path.name} ({held})")
+            return FlatModel(kernels, shape, tensors, f"mapped {path.name} ({held})")
         except Exception as exc:  # safetensors raises several types: all mean "not usable"
             notice(f"the packed weights {path} are unusable ({exc}); packing them again")
     notice(f"packing {name} as {fmt} for this CPU ({cpu_capability()}; once)")
@@ -252,15 +252,15 @@ def _packed(source: Path, name: str, fmt: str, cache_dir: Path | None, notice: S
     tensors = convert(shape, raw, kernels, requantize=fmt == REQUANTIZED)
     del raw
     if path is None:
-        return LeanModel(kernels, shape, tensors, f"packed in memory ({held})")
+        return FlatModel(kernels, shape, tensors, f"packed in memory ({held})")
     try:
         _write(path, tensors, {**key, "shape": shape.to_json(), "held": held})
     except OSError as exc:
         notice(f"could not keep the packed weights in {path.parent}: {exc}")
-        return LeanModel(kernels, shape, tensors, f"packed in memory ({held})")
+        return FlatModel(kernels, shape, tensors, f"packed in memory ({held})")
     _drop_older(path)
     shape, mapped, held = _read(path, key)
-    return LeanModel(kernels, shape, mapped, f"packed into {path.name} ({held})")
+    return FlatModel(kernels, shape, mapped, f"packed into {path.name} ({held})")
 
 
 def _drop_older(path: Path) -> None:

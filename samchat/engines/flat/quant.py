@@ -9,9 +9,8 @@ numbers only approximately. The int4 layout is packed for the CPU that runs it."
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from samchat.engines.flat.gguf_weights import (
@@ -109,7 +108,7 @@ def _check(rows: int, cols: int) -> None:
         )
 
 
-def _tiled(v: np.ndarray[Any, Any], rows: int) -> torch.Tensor:
+def _tiled(v: npt.NDArray[np.float32], rows: int) -> torch.Tensor:
     """Per-group values (rows, groups) in tile order (rows / 16, groups, 16)."""
     t = v.reshape(rows // TILE, TILE, -1).transpose(0, 2, 1)
     return torch.from_numpy(np.ascontiguousarray(t, dtype=np.float32))

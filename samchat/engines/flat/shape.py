@@ -1,13 +1,16 @@
-"""The shape of a LLaMA-family model (llama, qwen2, qwen3), as the lean forward needs it (read
+"""The shape of a LLaMA-family model (llama, qwen2, qwen3), as the flat engine needs it (read
 from a GGUF file's metadata or a Hugging Face config)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from samchat.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 
 @dataclass
@@ -46,20 +49,19 @@ class LlamaShape:
         return cls(**json.loads(text))
 
     @classmethod
-    def from_hf(cls, config: Any) -> LlamaShape:
+    def from_hf(cls, config: PretrainedConfig) -> LlamaShape:
         """From a transformers config of a LLaMA model (ModelLoadError for anything else)."""
         kind = getattr(config, "model_type", "?")
         if kind != "llama":
             raise ModelLoadError(
-                f"--dtype int4/int8 runs LLaMA-family models; this one is {kind} "
-                "(use --dtype float32)"
+                f"the flat engine runs LLaMA-family models; this one is {kind} (use --engine torch)"
             )
         rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
         scaled = isinstance(rope, dict) and rope.get("rope_type", "default") != "default"
         if scaled or getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False):
             raise ModelLoadError(
-                "--dtype int4/int8 runs plain LLaMA models (no rope scaling, no attention "
-                "bias); use --dtype float32"
+                "the flat engine runs plain LLaMA checkpoints (no rope scaling, no attention "
+                "bias); use --engine torch"
             )
         heads = int(config.num_attention_heads)
         hidden = int(config.hidden_size)

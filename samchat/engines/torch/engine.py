@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from samchat.engines.base import DRAFT_ROWS, Engine, EngineModel, Logits
+from samchat.engines.base import DRAFT_ROWS, EngineModel, Logits
 from samchat.engines.costs.curve import CostCurve
 from samchat.engines.costs.measurement import measure_engine
 from samchat.engines.kernels import DEFAULT_PLAN, KernelPlan
@@ -286,15 +286,3 @@ class TorchMeter:
         if curve is None or curve.kernels is None:
             return "chosen by measurement at the first reply"
         return curve.kernels.describe()
-
-
-def open_engine(lm: TorchModel, cache_dir: Path | None = None) -> Engine:
-    """The torch engine for lm: the lean forward for packed int4/int8 weights, else the
-    Hugging Face model's own."""
-    from samchat.engines.flat.forward import LeanModel
-
-    if isinstance(lm.model, LeanModel):
-        from samchat.engines.flat.engine import LeanEngine
-
-        return LeanEngine(lm, cache_dir=cache_dir)
-    return TorchEngine(lm, cache_dir=cache_dir)

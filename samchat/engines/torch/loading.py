@@ -1,6 +1,6 @@
 """Loading weights for the torch engine (the registry's hooks for it): the options it refuses, a
 GGUF model converted once, and a Hugging Face model on its device in its dtype, quantized by
-bitsandbytes when asked; `--dtype int4/int8` goes to packed_loading.py.
+bitsandbytes when asked (`--dtype int4/int8` name the flat engine: samchat/engines/flat/).
 
 Importing this module imports no torch: the loader checks options before anything heavy."""
 
@@ -8,12 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from samchat.engines.flat.loading import (
-    check_packed_options,
-    check_packed_source,
-    is_packed,
-    load_packed,
-)
 from samchat.engines.weights import (
     ModelFiles,
     WeightOptions,
@@ -59,9 +53,8 @@ def _quantization_config(options: WeightOptions, device_type: str) -> Any:
 
 
 def check_options(options: WeightOptions) -> None:
-    """What is wrong with the options that needs no torch to tell: int4/int8 elsewhere than
-    the CPU, or CUDA-only options on a named CPU or Mac GPU."""
-    check_packed_options(options)
+    """What is wrong with the options that needs no torch to tell: CUDA-only options on a
+    named CPU or Mac GPU."""
     if options.device in ("cpu", "mps"):
         _cuda_graphs_need_cuda(options, options.device)
         _quantization_config(options, options.device)
@@ -81,11 +74,8 @@ def requested_steps(options: WeightOptions, device_type: str) -> StepMode:
 def prepare(request: WeightsRequest) -> ModelFiles:
     """The files the torch engine reads: a GGUF model converted once into request.converted
     (after the device, dtype and quantization are checked, so a wrong one costs no
-    conversion); int4/int8 read the GGUF file or directory as they are."""
+    conversion)."""
     options = request.options
-    if is_packed(options):
-        check_packed_source(request)
-        return request.files
     from samchat.engines.torch.placement import resolve_device, resolve_dtype
 
     device = resolve_device(options.device)
@@ -121,11 +111,8 @@ def _generation_eos(model: Any) -> tuple[int, ...]:
 
 
 def load_weights(request: WeightsRequest) -> Weights:
-    """The model of request.files (prepared: a directory or hub id) on its device, or packed
-    for the CPU with --dtype int4/int8."""
+    """The model of request.files (prepared: a directory or hub id) on its device."""
     options, files = request.options, request.files
-    if is_packed(options):
-        return load_packed(request)
     from samchat.engines.torch.placement import resolve_device, resolve_dtype
 
     quiet_transformers()

@@ -41,7 +41,7 @@ def auto_device_type() -> str:
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """A float dtype (the int4/int8 formats load as packed weights: packed_loading.py)."""
+    """A float dtype (int4, int8 and int4-requantized name the flat engine instead)."""
     if name not in FLOAT_DTYPES:
         names = ", ".join(("auto", *TORCH.dtypes))
         raise ModelLoadError(f"unknown dtype {name!r}; use one of {names}")

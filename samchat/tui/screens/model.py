@@ -19,7 +19,7 @@ from textual.widgets import Button, Input, Label, OptionList, Select
 from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState
 
-from samchat.engines.registry import AUTO, ENGINES, engine_kind
+from samchat.engines.registry import AUTO, ENGINES, engine_kind, resolve
 from samchat.models.catalog import ModelEntry, list_models
 from samchat.models.default import DEFAULT_MODEL_NAME
 from samchat.models.device import DEVICES
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from samchat.remote.endpoint import Endpoint
 
 DEFAULT_LABEL = f"default: {DEFAULT_MODEL_NAME} (bundled, offline)"
-ENGINE_HELP = "auto: llama.cpp for a .gguf model on the CPU, else torch"
+ENGINE_HELP = "auto: llama.cpp for a .gguf on the CPU, else torch; flat: the GGUF's own numbers"
 
 
 class ModelScreen(ModalScreen[ModelSpec | None]):
@@ -51,7 +51,8 @@ class ModelScreen(ModalScreen[ModelSpec | None]):
         self.endpoints = dict(endpoints or {})
         self.current = current
         self.device = current.device if current.device in DEVICES else "auto"
-        self.engine = current.engine if current.engine in ENGINES else "auto"
+        engine = resolve(current.engine, current.dtype)[0]  # torch with int4: the flat engine
+        self.engine = engine if engine in ENGINES else "auto"
         self.recent = [r for r in recent if r]
         self.found: list[ModelEntry] = []  # filled by a worker: scanning caches takes a while
 

@@ -1,4 +1,4 @@
-"""Run in a process of its own (the native forward loads once per process): the int4 engine's
+"""Run in a process of its own (the native forward loads once per process): the flat engine's
 verification rows against one-token steps, k = 1 .. 16 and a random tree, on whatever build of
 the native forward this process's environment asks for. Prints the engine and "exact"."""
 
@@ -9,15 +9,15 @@ import sys
 
 import numpy as np
 
-from samchat.engines.flat.engine import LeanEngine
+from samchat.engines.flat.engine import FlatEngine
 from samchat.engines.layout import TreeLayout
 from samchat.models import load_model
 from samchat.models.loader import ModelSpec
 
 
 def main() -> int:
-    lm = load_model(ModelSpec(engine="torch", dtype="int4"))
-    engine = LeanEngine(lm)
+    lm = load_model(ModelSpec(engine="flat"))
+    engine = FlatEngine(lm)
     print(engine.meter.describe())
     rng = random.Random(5)
     context = [rng.randrange(1000, 40000) for _ in range(70)]

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from samchat.engines.flat.engine import LeanEngine
+from samchat.engines.flat.engine import FlatEngine
 from samchat.engines.flat.gguf_weights import read_gguf
 from samchat.engines.layout import TreeLayout
 from samchat.errors import InexactError
@@ -61,7 +61,7 @@ def tiny_ggufs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @functools.cache
 def _flat(path: Path) -> Any:
     """The flat engine's model of a file, loaded once per process (engines are made anew)."""
-    return load_model(ModelSpec(source=str(path), engine="torch", dtype="int4"))
+    return load_model(ModelSpec(source=str(path), engine="flat"))
 
 
 def _ids(n: int, seed: int = 0) -> list[int]:
@@ -83,7 +83,7 @@ def test_logits_match_llamacpp(tiny_ggufs: dict[str, Path], family: str) -> None
     assert theirs is not None
     scale = np.abs(theirs).max(axis=1)
     for native in (True, False):
-        ours = LeanEngine(flat, native=native).prefill(ids, logits=len(ids))
+        ours = FlatEngine(flat, native=native).prefill(ids, logits=len(ids))
         assert ours is not None
         worst = float((np.abs(ours - theirs).max(axis=1) / scale).max())
         assert worst < TOLERANCE, (native, worst)
@@ -98,7 +98,7 @@ def test_rows_equal_one_token_steps(tiny_ggufs: dict[str, Path], family: str, na
     tree: each row equals the one-token step at its place, in each forward."""
     lm = _flat(tiny_ggufs[family])
     context, path = _ids(70, 1), _ids(21, 2)
-    engine = LeanEngine(lm, native=native)
+    engine = FlatEngine(lm, native=native)
     engine.prefill(context)
     steps = []
     for token in path:
@@ -151,7 +151,7 @@ def test_an_explicit_choice_names_the_problem_and_llamacpp(tiny_ggufs: dict[str,
 def test_samchats_choice_falls_back_to_llamacpp(tiny_ggufs: dict[str, Path], name: str) -> None:
     """The engine chosen by samchat (engine_choice.preferred): one notice, llama.cpp runs it."""
     said: list[str] = []
-    spec = ModelSpec(source=str(tiny_ggufs[name]), engine="torch", dtype="int4", auto_engine=True)
+    spec = ModelSpec(source=str(tiny_ggufs[name]), engine="flat", dtype="int4", auto_engine=True)
     lm = load_model(spec, progress=said.append)
     assert lm.engine == "llamacpp"
     notices = [s for s in said if "running it on llama.cpp" in s]
@@ -163,14 +163,14 @@ def test_the_native_forward_checks_its_inputs(tiny_ggufs: dict[str, Path]) -> No
     forward reads anything (the model works on after each)."""
     import torch
 
-    from samchat.engines.flat.forward import LeanCache, run
+    from samchat.engines.flat.forward import FlatCache, run
 
     lm = _flat(tiny_ggufs["llama"])
     model = lm.model
     assert model.native is not None
     shape = model.shape
-    cache = LeanCache(shape)
-    op = torch.ops.samchat_lean.forward
+    cache = FlatCache(shape)
+    op = torch.ops.samchat_flat.forward
     none = torch.empty(0, dtype=torch.long)
 
     def forward(ids: Any, length: int = 0, buf: Any = None, logits: int = 1, tree: Any = None):
@@ -231,13 +231,14 @@ def test_bench_perplexity_reports_what_ran_then_fails(
     out = tmp_path / "ppl.json"
     model = str(tiny_ggufs["yarn"])
     args = ["bench", "perplexity", "--text", str(text), "--model", model, "--json", str(out)]
+    # torch/int4, as it was spelt before the flat engine had its name: flat/int4.
     assert main([*args, "--methods", "llamacpp,torch/int4"]) == 1
     captured = capsys.readouterr()
     assert any(line.startswith("llamacpp ") for line in captured.out.splitlines())
     error = captured.err.strip().splitlines()[-1]
-    assert error.startswith("error: torch/int4 failed") and "yarn" in error
+    assert error.startswith("error: flat/int4 failed") and "yarn" in error
     kept = json.loads(out.read_text())
-    assert set(kept["methods"]) == {"llamacpp"} and set(kept["failed"]) == {"torch/int4"}
+    assert set(kept["methods"]) == {"llamacpp"} and set(kept["failed"]) == {"flat/int4"}
 
 
 def test_the_engine_comparison_skips_what_the_flat_engine_cannot_compute(
@@ -248,4 +249,4 @@ def test_the_engine_comparison_skips_what_the_flat_engine_cannot_compute(
     said: list[str] = []
     speeds = measure(ModelSpec(source=str(tiny_ggufs["yarn"])), tmp_path, said.append)
     assert [s.label for s in speeds] == ["llamacpp"]
-    assert any("torch/int4: skipped" in s and "yarn" in s for s in said)
+    assert any("flat/int4: skipped" in s and "yarn" in s for s in said)

@@ -1,4 +1,4 @@
-"""The torch engine on packed int4/int8 weights, on the real default model straight from its
+"""The flat engine (packed int4/int8 weights), on the real default model straight from its
 bundled Q4_1 GGUF: the GGUF's blocks decode as gguf itself dequantizes them, every row of a
 verification equals one-token decoding bit for bit at every row count a draft may use (trees
 too), speculative output equals plain decoding, and the packed weights are kept, mapped and
@@ -20,7 +20,7 @@ from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepSt
 from samchat.engines.base import Logits
 from samchat.engines.costs import CostCurve
 from samchat.engines.flat import packed
-from samchat.engines.flat.engine import LeanEngine
+from samchat.engines.flat.engine import FlatEngine
 from samchat.engines.flat.forward import TAIL
 from samchat.engines.flat.gguf_weights import Blocks4, Blocks8, decode
 from samchat.engines.flat.quant import Linear, pack4, pack8
@@ -37,7 +37,7 @@ MAX_NEW = 24
 
 @pytest.fixture(scope="module")
 def int4_lm() -> Any:
-    return load_model(ModelSpec(engine="torch", dtype="int4"))
+    return load_model(ModelSpec(engine="flat"))
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +114,7 @@ def _prompt(lm: Any, text: str) -> list[int]:
 
 def _plain_rows(lm: Any, context: list[int], path: list[int], native: bool) -> list[Logits]:
     """Logits of one-token steps along path after context, each step committed."""
-    engine = LeanEngine(lm, native=native)
+    engine = FlatEngine(lm, native=native)
     engine.prefill(context)
     out = []
     for t in path:
@@ -130,8 +130,8 @@ FORWARDS = pytest.mark.parametrize("native", [True, False], ids=["native", "pyth
 def test_the_native_forward_runs_where_a_compiler_is(int4_lm: Any) -> None:
     """This machine has a C++ compiler (CI builds with it): the compiled forward is in use."""
     assert int4_lm.model.native is not None
-    assert "native lean" in LeanEngine(int4_lm).meter.describe()
-    assert "Python lean" in LeanEngine(int4_lm, native=False).meter.describe()
+    assert "native llama forward" in FlatEngine(int4_lm).meter.describe()
+    assert "Python llama forward" in FlatEngine(int4_lm, native=False).meter.describe()
 
 
 @FORWARDS
@@ -143,7 +143,7 @@ def test_rows_equal_one_token_steps_at_every_row_count(int4_lm: Any, native: boo
     rng = random.Random(3)
     path = [prompt[-1]] + [rng.randrange(49152) for _ in range(TAIL + 16)]
     ref = _plain_rows(int4_lm, context, path, native)
-    engine = LeanEngine(int4_lm, native=native)
+    engine = FlatEngine(int4_lm, native=native)
     engine.prefill(context)
     base = engine.length
     for k in range(1, TAIL + 1):
@@ -177,7 +177,7 @@ def test_rows_split_between_threads_equal_one_token_steps_on_one(int4_lm: Any) -
         ref = _plain_rows(int4_lm, context, path, native=True)
         tree_ref = _tree_rows(int4_lm, context, [path[0], *tokens], layout, native=True)
         torch.set_num_threads(threads)
-        engine = LeanEngine(int4_lm, native=True)
+        engine = FlatEngine(int4_lm, native=True)
         engine.prefill(context)
         base = engine.length
         for k in (1, 2, 3, 5, 8, 15, 16, 17, 24, 31, 32, 33, 47, TAIL - 1, TAIL):
@@ -216,7 +216,7 @@ def test_tree_verification_is_exact_on_random_trees(int4_lm: Any, native: bool) 
     rng = random.Random(7)
     for question in ("Describe the river Lune briefly.", "\n\n".join(LONG_CONTEXT[:1]) + "?"):
         prompt = _prompt(int4_lm, question)
-        engine = LeanEngine(int4_lm, native=native)
+        engine = FlatEngine(int4_lm, native=native)
         engine.prefill(prompt[:-1])
         context = prompt[:-1]
         pending = prompt[-1]
@@ -248,7 +248,7 @@ def _tree_rows(
 ) -> list[Logits]:
     """Each tree node's row by one-token decoding along its path (depth first, one step per
     node: the reference engine holds the context and the node's ancestors)."""
-    engine = LeanEngine(lm, native=native)
+    engine = FlatEngine(lm, native=native)
     engine.prefill(context)
     kids: list[list[int]] = [[] for _ in range(layout.n)]
     for node in range(1, layout.n):
@@ -271,7 +271,7 @@ def _plain_rows_tokens(
     lm: Any, context: list[int], pending: int, n: int, native: bool
 ) -> list[int]:
     """Greedy continuation after context + pending (tokens a draft would likely hold)."""
-    engine = LeanEngine(lm, native=native)
+    engine = FlatEngine(lm, native=native)
     engine.prefill(context)
     out: list[int] = []
     tok = pending
@@ -319,7 +319,7 @@ def test_second_start_maps_the_kept_weights(tmp_path: Path, monkeypatch: Any) ->
     or foreign kept file is packed again with a one-line notice."""
     gguf = bundled_gguf()
     said: list[str] = []
-    first = packed.load_lean(gguf, "smol", "int4", tmp_path, said.append)
+    first = packed.load_flat(gguf, "smol", "int4", tmp_path, said.append)
     assert any("packing" in s for s in said)
     kept = list((tmp_path / "packed").glob("*.safetensors"))
     assert len(kept) == 1
@@ -330,13 +330,13 @@ def test_second_start_maps_the_kept_weights(tmp_path: Path, monkeypatch: Any) ->
     with monkeypatch.context() as m:
         m.setattr(packed, "convert", refuse)
         said.clear()
-        second = packed.load_lean(gguf, "smol", "int4", tmp_path, said.append)
+        second = packed.load_flat(gguf, "smol", "int4", tmp_path, said.append)
     assert said == [] and second.about.startswith("mapped")
     for name, t in first.tensors.items():
         assert torch.equal(t, second.tensors[name]), name
     kept[0].write_bytes(kept[0].read_bytes()[:1000])  # cut short
     said.clear()
-    third = packed.load_lean(gguf, "smol", "int4", tmp_path, said.append)
+    third = packed.load_flat(gguf, "smol", "int4", tmp_path, said.append)
     assert len([s for s in said if "unusable" in s]) == 1
     assert "\n" not in said[0] and third.about.startswith("packed")
     # Another instruction set's packing under this file's name: foreign, packed again.
@@ -344,7 +344,7 @@ def test_second_start_maps_the_kept_weights(tmp_path: Path, monkeypatch: Any) ->
     meta = {**packed._key(packed.file_identity(gguf), "int4"), "capability": "AVX2"}
     packed._write(kept[0], tensors, {**meta, "shape": third.shape.to_json()})
     said.clear()
-    packed.load_lean(gguf, "smol", "int4", tmp_path, said.append)
+    packed.load_flat(gguf, "smol", "int4", tmp_path, said.append)
     assert any("capability" in s for s in said)
 
 
@@ -354,9 +354,9 @@ def test_requantizing_is_asked_for_and_named(tmp_path: Path) -> None:
     from samchat.engines.flat.native.forward import TORCH_INT8
     from samchat.engines.flat.quant import TILES4, TILES8
 
-    own = load_model(ModelSpec(engine="torch", dtype="int4"))
+    own = load_model(ModelSpec(engine="flat", dtype="int4"))
     assert own.dtype == "int4" and "Q4_1, Q8_0 as in the file" in own.model.about
-    asked = load_model(ModelSpec(engine="torch", dtype="int4-requantized"))
+    asked = load_model(ModelSpec(engine="flat", dtype="int4-requantized"))
     assert asked.dtype == "int4 (requantized)"
     assert asked.model.native is not None and own.model.native is not None
     assert (
@@ -365,11 +365,29 @@ def test_requantizing_is_asked_for_and_named(tmp_path: Path) -> None:
     assert own.model.native.kinds[-1] == TILES8  # the tied Q8_0 output projection, as it is
 
 
+def test_the_spelling_users_know_names_the_flat_engine(int4_lm: Any) -> None:
+    """`--engine torch --dtype int4` (and `--dtype int4` alone) load the flat engine, as
+    `--engine flat` does: one engine, one name in the status bar and the records."""
+    from samchat.engines.registry import FLAT
+
+    for spec in (ModelSpec(engine="torch", dtype="int4"), ModelSpec(dtype="int4")):
+        lm = load_model(spec)
+        assert (lm.engine, lm.dtype, lm.kind) == ("flat", "int4", FLAT)
+        assert isinstance(lm.kind.open(lm), FlatEngine)
+    assert (int4_lm.engine, int4_lm.dtype) == ("flat", "int4")
+
+
 def test_bad_requests_are_one_line_errors() -> None:
     with pytest.raises(ModelLoadError, match="runs on the CPU"):
         load_model(ModelSpec(dtype="int4", device="cuda"))
+    with pytest.raises(ModelLoadError, match="runs on the CPU"):
+        load_model(ModelSpec(engine="flat", device="cuda"))
     with pytest.raises(ModelLoadError, match="quantized format"):
         load_model(ModelSpec(dtype="int8", quantize="4bit", device="cpu"))
+    with pytest.raises(ModelLoadError, match="the flat engine runs --dtype int4, int8 or"):
+        load_model(ModelSpec(engine="flat", dtype="float32"))
+    with pytest.raises(ModelLoadError, match="--quantize and --cuda-graphs apply to"):
+        load_model(ModelSpec(engine="flat", quantize="4bit"))
 
 
 def test_float_weights_requantize_to_the_gguf_grid(gguf_tensors: dict[str, Any]) -> None:
@@ -394,7 +412,7 @@ def test_a_hugging_face_directory_loads_in_the_cpu_formats(fmt: str) -> None:
 
     converted = convert_gguf(bundled_gguf(), converted_dir(), lambda _: None)
     lm = load_model(ModelSpec(source=str(converted), dtype=fmt))
-    assert lm.dtype == fmt and lm.engine == "torch"
+    assert lm.dtype == fmt and lm.engine == "flat"
     session = ChatSession(lm, DecodingConfig(method="plain"))
     messages = [
         {"role": "user", "content": "What is the capital of France? Answer in one sentence."}

@@ -1,6 +1,6 @@
-"""Building the native lean forward: keyed by what it was compiled from, and a compiler that
-fails is one line saying which compiler and what it said (the engine then runs the Python
-forward)."""
+"""Building the flat engine's native forward: keyed by what it was compiled from, and a
+compiler that fails is one line saying which compiler and what it said (the engine then runs
+the Python forward)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,10 @@ def test_the_command_line_tool_warns_instead_of_failing(
     monkeypatch.setenv("CXX", "false")
     assert build.main([str(tmp_path)]) == 0
     err = capsys.readouterr().err
-    assert err.startswith("warning: the native int4 forward was not built") and err.count("\n") == 1
+    assert (
+        err.startswith("warning: the flat engine's native forward was not built")
+        and err.count("\n") == 1
+    )
     assert build.main([]) == 2
 
 
@@ -99,5 +102,5 @@ def test_rows_are_exact_on_each_instruction_set(tmp_path: Path, arch: str) -> No
         env=env,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "native lean" in done.stdout and done.stdout.strip().endswith("exact")
-    assert list((cache / "native").glob("lean-*.so"))
+    assert "native llama forward" in done.stdout and done.stdout.strip().endswith("exact")
+    assert list((cache / "native").glob("flat-*.so"))

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from samchat.engines.flat import packed, quant
-from samchat.engines.flat.engine import LeanEngine
+from samchat.engines.flat.engine import FlatEngine
 from samchat.engines.flat.exactness import REQUANTIZED, NotExactError
-from samchat.engines.flat.forward import LeanModel
+from samchat.engines.flat.forward import FlatModel
 from samchat.engines.flat.gguf_weights import EXACT_TYPES, decode, read_gguf
 from samchat.engines.flat.native import build
 from samchat.engines.layout import TreeLayout
@@ -34,14 +34,14 @@ VOCAB = 2048  # the tiny files' tokenizer: the bundled one's first tokens
 LOGIT_TOLERANCE = 0.03
 
 
-def _flat(path: Path, cache: Path, fmt: str = "int4") -> LeanModel:
-    model = packed.load_lean(path, path.stem, fmt, cache)
+def _flat(path: Path, cache: Path, fmt: str = "int4") -> FlatModel:
+    model = packed.load_flat(path, path.stem, fmt, cache)
     assert model.native is not None, "the native forward did not build here"
     return model
 
 
-def _engine(model: LeanModel) -> LeanEngine:
-    return LeanEngine(SimpleNamespace(model=model))
+def _engine(model: FlatModel) -> FlatEngine:
+    return FlatEngine(SimpleNamespace(model=model))
 
 
 def _ids(n: int, seed: int) -> list[int]:
@@ -120,7 +120,7 @@ def test_logits_match_llama_cpp_on_the_same_file(
         assert off <= LOGIT_TOLERANCE, (kind, off)
 
 
-def _steps(engine: LeanEngine, context: list[int], path: list[int]) -> list[Any]:
+def _steps(engine: FlatEngine, context: list[int], path: list[int]) -> list[Any]:
     engine.reset()
     engine.prefill(context)
     out = []
@@ -131,7 +131,7 @@ def _steps(engine: LeanEngine, context: list[int], path: list[int]) -> list[Any]
     return out
 
 
-def _rows_exact(model: LeanModel) -> None:
+def _rows_exact(model: FlatModel) -> None:
     """Each row of a verification of k = 1 .. 16 inputs, and of a random tree, equals the
     one-token step along its path."""
     engine = _engine(model)
@@ -230,10 +230,10 @@ def test_a_type_not_computed_exactly_is_refused_by_name(
 
     path = _with_type(gguf_types["F32"], tmp_path / "iq.gguf", "blk.1.ffn_up.weight", "IQ4_NL")
     with pytest.raises(NotExactError) as caught:
-        packed.load_lean(path, "iq", "int4", tmp_path)
+        packed.load_flat(path, "iq", "int4", tmp_path)
     assert caught.value.tensor == "blk.1.ffn_up.weight" and caught.value.kind == "IQ4_NL"
     assert "IQ4_NL" in str(caught.value) and "\n" not in str(caught.value)
-    model = packed.load_lean(path, "iq", REQUANTIZED, tmp_path)
+    model = packed.load_flat(path, "iq", REQUANTIZED, tmp_path)
     assert model.native is not None
     assert set(model.native.kinds[:-1]) == {quant.TILES4}  # every linear in 4 bits, as asked
     assert REQUANTIZED in model.about

@@ -1,4 +1,4 @@
-"""The lean forward's native core: forward.cpp, its build (build.py) and its call (forward.py).
+"""The flat engine's native forward: forward.cpp, its build (build.py) and its call (forward.py).
 
 Importing this package imports no torch: the engine choice asks it which forward would run."""
 
@@ -16,4 +16,6 @@ def expected_forward(model_cache: Path) -> str:
     "python": the forward the flat engine would run here."""
     if os.environ.get(SWITCH, "1") == "0":
         return "python"
-    return "native" if any((model_cache / "native").glob("lean-*.so")) else "python"
+    # Any build kept counts, an older version's too (it is replaced at the next load), so a
+    # speed measured on the native forward stays this build's across an upgrade.
+    return "native" if any((model_cache / "native").glob("*.so")) else "python"

@@ -1,7 +1,7 @@
-"""The lean forward's native core (forward.cpp): compiled for this CPU and this torch once, kept
-beside the packed weights, and loaded as torch ops (torch.ops.samchat_lean).
+"""The flat engine's native forward (forward.cpp): compiled for this CPU and this torch once, kept
+beside the packed weights, and loaded as torch ops (torch.ops.samchat_flat).
 
-Without a C++ compiler the engine runs the Python lean forward instead (slower, and exact
+Without a C++ compiler the engine runs the Python forward (forward.py) instead (slower, and exact
 too). `python -m samchat.engines.flat.native.build DIR` builds it ahead of time, as `make setup`
 does."""
 
@@ -65,7 +65,7 @@ def library_path(cache_dir: Path) -> Path:
             _cpu_flags(),
         ]
     )
-    return cache_dir / "native" / f"lean-{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
+    return cache_dir / "native" / f"flat-{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
 
 
 def _command(out: Path) -> list[str]:
@@ -109,7 +109,8 @@ def build(cache_dir: Path) -> Path:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise RuntimeError(f"{_compiler()} failed: {last}")
         os.replace(tmp, path)  # atomic: a concurrent build of the same key writes the same
-        for older in path.parent.glob("lean-*.so"):  # builds for another source or torch
+        # Builds for another source or torch (whatever their name: an older version's too).
+        for older in path.parent.glob("*.so"):
             if older != path and os.environ.get(ARCH_ENV) is None:
                 with contextlib.suppress(OSError):
                     older.unlink()
@@ -131,7 +132,7 @@ def load(cache_dir: Path | None, say: Callable[[str], None] | None = None) -> st
             return None
         path = library_path(cache_dir)
         if not path.is_file() and say is not None:
-            say("compiling the int4 forward for this CPU (once, about ten seconds)")
+            say("compiling the flat engine's forward for this CPU (once, about ten seconds)")
         try:
             path = build(cache_dir)
             try:
@@ -156,12 +157,12 @@ def main(argv: list[str]) -> int:
         path = build(Path(argv[0]))
     except RuntimeError as exc:
         print(
-            f"warning: the native int4 forward was not built ({exc}); samchat will use "
-            "the slower Python forward",
+            f"warning: the flat engine's native forward was not built ({exc}); samchat will "
+            "use its slower Python forward",
             file=sys.stderr,
         )
         return 0
-    print(f"native int4 forward: {path}")
+    print(f"the flat engine's native forward: {path}")
     return 0
 
 

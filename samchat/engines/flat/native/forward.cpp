@@ -1,4 +1,4 @@
-// The lean forward of llama, qwen2 and qwen3 models in one native call: the linears on tiles
+// The flat engine's forward of llama, qwen2 and qwen3 in one native call: the linears on tiles
 // (tiles.h) or on torch's weight-only int4/int8 kernels, and plain loops for the rest (norms,
 // q/k/v biases, per-head q/k norms, rotary, attention, SiLU). Every input is checked before
 // anything is read: a bad id, position, row or shape raises a Python exception.
@@ -84,7 +84,7 @@ std::vector<std::shared_ptr<Model>> registry;
 std::shared_ptr<Model> model_at(int64_t handle) {
   std::lock_guard<std::mutex> guard(registry_lock);
   TORCH_CHECK(handle >= 0 && handle < static_cast<int64_t>(registry.size()) && registry[handle],
-              "no lean model ", handle);
+              "no flat model ", handle);
   return registry[handle];
 }
 
@@ -142,7 +142,7 @@ void add_rows(float* x, const at::Tensor& y, int64_t count) {
 
 }  // namespace
 
-int64_t lean_load(std::vector<at::Tensor> t, std::vector<int64_t> kinds,
+int64_t flat_load(std::vector<at::Tensor> t, std::vector<int64_t> kinds,
                   std::vector<int64_t> dims, double eps) {
   TORCH_CHECK(dims.size() == 6, "dims: layers, hidden, ffn, heads, kv heads, head dim");
   auto m = std::make_shared<Model>();
@@ -207,7 +207,7 @@ int64_t lean_load(std::vector<at::Tensor> t, std::vector<int64_t> kinds,
   return static_cast<int64_t>(registry.size()) - 1;
 }
 
-void lean_free(int64_t handle) {
+void flat_free(int64_t handle) {
   std::lock_guard<std::mutex> guard(registry_lock);
   if (handle >= 0 && handle < static_cast<int64_t>(registry.size())) registry[handle].reset();
 }
@@ -216,7 +216,7 @@ void lean_free(int64_t handle) {
 // `logits_rows` inputs. Row i's sequence is the cache's first `length` rows, then the rows
 // length + a for a in its ancestors (itself last): anc[off[i]:off[i+1]]. An empty `off`
 // means a plain sequence (row i's ancestors are 0..i).
-at::Tensor lean_forward(int64_t handle, const at::Tensor& ids, const at::Tensor& anc,
+at::Tensor flat_forward(int64_t handle, const at::Tensor& ids, const at::Tensor& anc,
                         const at::Tensor& off, int64_t length, const at::Tensor& cache,
                         int64_t logits_rows) {
   const std::shared_ptr<Model> mp = model_at(handle);
@@ -410,18 +410,18 @@ at::Tensor lean_forward(int64_t handle, const at::Tensor& ids, const at::Tensor&
 }
 
 // One tiled linear alone (tests and measurements): kind TILES4, TILES8 or TILESF.
-at::Tensor lean_linear(const at::Tensor& x, int64_t kind, const at::Tensor& q,
+at::Tensor flat_linear(const at::Tensor& x, int64_t kind, const at::Tensor& q,
                        const at::Tensor& s, const at::Tensor& z) {
   TORCH_CHECK(kind >= TILES4 && kind <= TILESF, "no tiles of kind ", kind);
   return linear(Lin{static_cast<Kind>(kind), q, s, z}, x.contiguous());
 }
 
-TORCH_LIBRARY(samchat_lean, lib) {
-  lib.def("linear(Tensor x, int kind, Tensor q, Tensor s, Tensor z) -> Tensor", &lean_linear);
-  lib.def("load(Tensor[] t, int[] kinds, int[] dims, float eps) -> int", &lean_load);
-  lib.def("free(int handle) -> ()", &lean_free);
+TORCH_LIBRARY(samchat_flat, lib) {
+  lib.def("linear(Tensor x, int kind, Tensor q, Tensor s, Tensor z) -> Tensor", &flat_linear);
+  lib.def("load(Tensor[] t, int[] kinds, int[] dims, float eps) -> int", &flat_load);
+  lib.def("free(int handle) -> ()", &flat_free);
   lib.def(
       "forward(int handle, Tensor ids, Tensor anc, Tensor off, int length, Tensor cache, "
       "int logits_rows) -> Tensor",
-      &lean_forward);
+      &flat_forward);
 }

@@ -1,4 +1,4 @@
-"""Calling the native lean forward: the model's tensors handed over once, then one call per
+"""Calling the native forward: the model's tensors handed over once, then one call per
 forward, which checks its inputs (a bad id, position, row count or shape raises IndexError or
 ValueError before anything is read). A tree's rows are written in place (cache rows length +
 i), and each row attends to the cache and then its own ancestors, in order."""
@@ -66,11 +66,11 @@ class NativeModel:
             shape.head_dim,
         ]
         self.kinds = kinds
-        self.handle = int(torch.ops.samchat_lean.load(tensors, kinds, dims, shape.eps))
+        self.handle = int(torch.ops.samchat_flat.load(tensors, kinds, dims, shape.eps))
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # the ops may be gone at interpreter exit
-            torch.ops.samchat_lean.free(self.handle)
+            torch.ops.samchat_flat.free(self.handle)
 
 
 def ancestry(parents: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -96,7 +96,7 @@ def run(
     """Writes ids at cache rows length + i (a sequence when parents is None, else the tree
     they describe) and returns the float32 logits of the last `logits_rows` inputs."""
     anc, off = (_NONE, _NONE) if parents is None else ancestry(parents)
-    out: torch.Tensor = torch.ops.samchat_lean.forward(
+    out: torch.Tensor = torch.ops.samchat_flat.forward(
         native.handle, torch.tensor(ids, dtype=torch.long), anc, off, length, buf, logits_rows
     )
     return out if logits_rows > 0 else None
