@@ -9,7 +9,7 @@ import os
 import pkgutil
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import NoReturn, TextIO
 
 from samchat import __version__, interrupts
 from samchat import commands as commands_pkg
@@ -86,16 +86,16 @@ def unknown_command(argv: Sequence[str]) -> str | None:
     return first
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _StderrHandler(logging.StreamHandler[TextIO]):
     """Writes to whatever sys.stderr is when a message comes (tests swap it). Warnings go
     through it too: with a handler here, logging's last-resort one no longer says them."""
 
     @property
-    def stream(self) -> Any:
+    def stream(self) -> TextIO:
         return sys.stderr
 
     @stream.setter
-    def stream(self, _value: Any) -> None:
+    def stream(self, _value: TextIO) -> None:
         pass
 
 

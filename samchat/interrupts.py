@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from types import CodeType, FrameType
-from typing import Any
+from typing import TypedDict
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 GRACE_S = 1.5  # from a Ctrl-C to the forced exit; a clean stop takes a fraction of it
@@ -35,7 +35,19 @@ _deferred = threading.Event()  # a Ctrl-C that landed in a callback from C (see 
 _defer_codes: set[CodeType] = set()
 _fast_exit = threading.Event()  # end without the interpreter's teardown (see exit_promptly)
 _cancels: list[threading.Event] = []  # the replies a Ctrl-C cancels now
-_state: dict[str, Any] = {}  # the installed handler's undo: previous handler, wakeup fd, socket
+# A SIGINT handler as signal.signal takes and returns it (SIG_DFL and SIG_IGN are ints).
+Handler = Callable[[int, FrameType | None], object] | int | None
+
+
+class _Installed(TypedDict, total=False):
+    """The installed handler's undo: the previous handler, wakeup fd, and the socket pair."""
+
+    handler: Handler
+    wakeup: int
+    sockets: tuple[socket.socket, socket.socket]
+
+
+_state: _Installed = {}
 
 
 def say_cancelled(detail: str = "") -> None:
@@ -183,7 +195,7 @@ def cancel_on_interrupt(cancel: threading.Event) -> Iterator[None]:
         cancel.set()
 
     _cancels.append(cancel)
-    previous: Callable[..., Any] | int | None = signal.signal(signal.SIGINT, _cancel)
+    previous: Handler = signal.signal(signal.SIGINT, _cancel)
     try:
         yield
     finally:

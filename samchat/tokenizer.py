@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
     from samchat.messages import Message
@@ -17,7 +17,7 @@ class Tokenizer(Protocol):
 
     def __call__(
         self, text: str, add_special_tokens: bool = ..., verbose: bool = ...
-    ) -> Mapping[str, Any]: ...  # {"input_ids": [...]} (transformers adds more)
+    ) -> Mapping[str, list[int]]: ...  # {"input_ids": [...]} (transformers adds more)
 
     def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
 
@@ -27,8 +27,9 @@ class Tokenizer(Protocol):
         self,
         messages: Sequence[Message],
         add_generation_prompt: bool = ...,
-        tokenize: bool = ...,
-    ) -> Any: ...  # the rendered text (tokenize=False, as samchat asks)
+        *,
+        tokenize: Literal[False],  # samchat asks for the text (transformers' default is ids)
+    ) -> str: ...
 
     @property
     def eos_token_id(self) -> int | None: ...
@@ -41,4 +42,4 @@ class Tokenizer(Protocol):
 
     def get_vocab(self) -> dict[str, int]: ...
 
-    def save_pretrained(self, target: Path | str) -> Any: ...
+    def save_pretrained(self, target: Path | str) -> object: ...  # what it wrote, unread

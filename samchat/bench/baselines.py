@@ -6,8 +6,8 @@ reply's token ids, its seconds and its forwards (steps)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from samchat.decoding.prompt import render_prompt
 from samchat.errors import SamchatError
@@ -26,6 +26,27 @@ LLAMA_PLD_TOKENS = 10
 LLAMA_PLD_NGRAM = 2  # LlamaPromptLookupDecoding's default
 
 
+class PldLlama(Protocol):
+    """What llama_pld makes: llama-cpp-python's Llama, its eval() calls counted."""
+
+    evals: int
+
+    def n_ctx(self) -> int: ...
+
+    def generate(
+        self,
+        tokens: Sequence[int],
+        *,
+        top_k: int,
+        top_p: float,
+        min_p: float,
+        temp: float,
+        repeat_penalty: float,
+    ) -> Generator[int, None, None]: ...
+
+    def close(self) -> None: ...
+
+
 def torch_pld(
     lm: LoadedModel, messages: list[Message], max_new_tokens: int
 ) -> tuple[list[int], float, int]:
@@ -42,7 +63,7 @@ def torch_pld(
     input_ids = enc["input_ids"].to(torch.device(str(lm.device)))
     calls = [0]
 
-    def count(*_: Any) -> None:
+    def count(*_: object) -> None:
         calls[0] += 1
 
     hook = model.register_forward_hook(count)
@@ -66,7 +87,7 @@ def torch_pld(
     return out[0, input_ids.shape[1] :].tolist(), seconds, max(calls[0], 1)
 
 
-def llama_pld_settings() -> dict[str, Any]:
+def llama_pld_settings() -> dict[str, str | int | bool]:
     """How `llamacpp:pld` runs (for the benchmark's metadata)."""
     return {
         "implementation": "llama_cpp.Llama + llama_speculative.LlamaPromptLookupDecoding",
@@ -78,7 +99,7 @@ def llama_pld_settings() -> dict[str, Any]:
     }
 
 
-def llama_pld(lm: EngineModel) -> Any:
+def llama_pld(lm: EngineModel) -> PldLlama:
     """A llama-cpp-python Llama over lm's GGUF file with its prompt lookup draft model, the KV
     cache kept as samchat's llama.cpp engine keeps a short chat's (Q8_0, flash attention),
     its eval() calls counted. logits_all=True: with a draft model Llama keeps every row's
@@ -118,7 +139,7 @@ def llama_pld(lm: EngineModel) -> Any:
 
 
 def llama_pld_reply(
-    llm: Any, lm: SessionModel, messages: list[Message], max_new_tokens: int
+    llm: PldLlama, lm: SessionModel, messages: list[Message], max_new_tokens: int
 ) -> tuple[list[int], float, int]:
     """llama-cpp-python's prompt lookup decoding on `llm` (made by llama_pld(lm)), greedy.
     Each eval() is one forward (the prompt, then the pending token plus the draft) that

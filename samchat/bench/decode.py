@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
-from samchat.bench.baselines import llama_pld, llama_pld_reply, torch_pld
+from samchat.bench.baselines import PldLlama, llama_pld, llama_pld_reply, torch_pld
 from samchat.bench.report import Question, Results, Run, reply_cost, split_key
 from samchat.decoding.prompt import render_prompt
 from samchat.engines.registry import KINDS, engine_kind, resolve
@@ -34,12 +34,27 @@ from samchat.messages import Message
 from samchat.names import METHODS, named
 
 if TYPE_CHECKING:
-    from samchat.models.loader import ModelSpec
+    from samchat.corpus.importer import ImportSummary
+    from samchat.corpus.retrieval import Source
+    from samchat.decoding import ChatSession
+    from samchat.engines.costs.curve import CostCurve, LongParts
+    from samchat.models.loader import LoadedModel, ModelSpec
+    from samchat.sam.index import StaticIndex
+    from samchat.store import Store
 
 ALL_METHODS = ("plain", "pld", "sam", "tr", "sam+tr")
 BENCH_ENGINES = tuple(kind.name for kind in KINDS)
 SYNTAX = "METHOD or ENGINE[/DTYPE]:METHOD"
 Progress = Callable[[str], None]
+
+
+class EngineDetails(TypedDict):
+    """A configuration's engine in the benchmark's JSON: in words, and its measured curve."""
+
+    engine: str
+    context: int
+    relative_cost: dict[str, float]
+    long: NotRequired[LongParts]  # the same after longer contexts
 
 
 def setup_label(engine: str, dtype: str = "auto") -> str:
@@ -231,14 +246,14 @@ class DecodeBench:
 
     def __init__(
         self,
-        models: Mapping[str, Any],
+        models: Mapping[str, LoadedModel],
         methods: tuple[str, ...],
         max_new_tokens: int,
         index_dir: Path | None = None,
         progress: Progress | None = None,
         max_draft: int = 0,
         adaptive: bool = True,
-        cost_curve: Any = None,
+        cost_curve: CostCurve | None = None,
     ) -> None:
         """cost_curve: a fixed CostCurve every session plans with (None: each measures its
         own)."""
@@ -253,10 +268,10 @@ class DecodeBench:
         self.params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
         self._tmp = tempfile.TemporaryDirectory(prefix="samchat-bench-")
         base = index_dir or Path(self._tmp.name) / "index"
-        self._indexes: dict[tuple[str, int], Any] = {}
+        self._indexes: dict[tuple[str, int], StaticIndex] = {}
         self.index_of = {label: self._open_index(lm, base) for label, lm in self.models.items()}
-        self.sessions: dict[str, Any] = {}
-        self._llamas: dict[str, Any] = {}  # llamacpp configuration -> its PLD Llama
+        self.sessions: dict[str, ChatSession] = {}
+        self._llamas: dict[str, PldLlama] = {}  # llamacpp configuration -> its PLD Llama
         self._config = (max_draft, adaptive, cost_curve)
         try:
             self.fresh_sessions()
@@ -271,9 +286,9 @@ class DecodeBench:
             self.close()
             raise
         self._doc = 0
-        self.store: Any = None  # the private store of --corpus documents
+        self.store: Store | None = None  # the private store of --corpus documents
         self.rag = False  # retrieve from it before each question (--rag)
-        self._retrieved: dict[str, list[Any]] = {}
+        self._retrieved: dict[str, list[Source]] = {}
 
     def fresh_sessions(self) -> None:
         """A new chat session per method: an empty conversation and Token Recycling table,
@@ -295,7 +310,7 @@ class DecodeBench:
                 cost_curve=cost_curve,
             )
 
-    def load_corpus(self, directory: Path) -> Any:
+    def load_corpus(self, directory: Path) -> ImportSummary:
         """Import `directory` into a private store and every static index (as `samchat import`
         does for the user's), for drafting and, with `rag`, retrieval. Returns the summary."""
         from samchat.corpus.importer import import_paths
@@ -319,11 +334,12 @@ class DecodeBench:
             index.flush()
         return summary
 
-    def _with_sources(self, lm: Any, messages: list[Message]) -> list[Message]:
+    def _with_sources(self, lm: LoadedModel, messages: list[Message]) -> list[Message]:
         """The last user turn with the passages that answer it before it, fitted to the
         context less the reply's room (the same text for every method)."""
         from samchat.corpus.retrieval import fit, retrieve
 
+        assert self.store is not None  # rag retrieves from the --corpus documents
         question = messages[-1]["content"]
         if question not in self._retrieved:
             self._retrieved[question] = retrieve(self.store, question)
@@ -349,7 +365,7 @@ class DecodeBench:
             self.say(notice)
         return [*history, {"role": "user", "content": fitted.content}]
 
-    def _open_index(self, lm: Any, base: Path) -> Any:
+    def _open_index(self, lm: LoadedModel, base: Path) -> StaticIndex | None:
         try:
             from samchat.sam.index import StaticIndex
         except ImportError:
@@ -459,7 +475,7 @@ class DecodeBench:
         return total
 
     def _session(
-        self, key: str, lm: Any, messages: list[Message], run: Run
+        self, key: str, lm: LoadedModel, messages: list[Message], run: Run
     ) -> tuple[list[int], float, int]:
         """One reply; its per-drafter figures are added to `run`."""
         from samchat.decoding import ReplyDone, StepStats, TextDelta
@@ -489,14 +505,14 @@ class DecodeBench:
         return ids, seconds, steps
 
     @functools.cached_property
-    def _curves(self) -> dict[str, Any]:
+    def _curves(self) -> dict[str, CostCurve]:
         """Each session's engine's measured cost curve (what `predicted_vs_plain` prices steps
         with, whatever curve the sessions plan with)."""
         return {key: s.engine.meter.cost_curve() for key, s in self.sessions.items()}
 
-    def engine_details(self) -> dict[str, dict[str, Any]]:
+    def engine_details(self) -> dict[str, EngineDetails]:
         """Per configuration: the engine in words (kernels included) and its measured curve."""
-        out: dict[str, dict[str, Any]] = {}
+        out: dict[str, EngineDetails] = {}
         for key, session in self.sessions.items():
             label = split_key(key)[0]
             if label not in out:

@@ -22,18 +22,24 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from samchat.bench.dict_baseline import DictAutomaton, DictCursor
 from samchat.errors import SamchatError
 from samchat.sam import backend, impl, load_pure
 from samchat.sam.index import StaticIndex
 
+if TYPE_CHECKING:
+    from samchat.sam import MatchCursor, MultiCursor, SuffixAutomaton
+
 DRAFT_N = 16
 TREE = (32, 6, 4)  # max_nodes, max_depth, topk
 QUERY_TOKENS = 20_000
 
 Say = Callable[[str], None]
+# The JSON report: figures, and what produced them (the backend, the corpus kind, the tree
+# shape; `samchat bench index` adds the machine, the date and the command).
+Report = dict[str, float | str | list[int]]
 
 
 @dataclass
@@ -173,10 +179,13 @@ def _best(fn: Callable[[], float], repeats: int) -> float:
     return min(fn() for _ in range(repeats))
 
 
-def measure_build(mod: ModuleType, text: list[int], repeats: int) -> dict[str, Any]:
+def measure_build(
+    mod: ModuleType, text: list[int], repeats: int
+) -> tuple[dict[str, float], SuffixAutomaton]:
     """Tokens/s for extend + freeze (wall clock, and CPU time of this process, which a busy
-    shared machine disturbs less), bytes/token while growing, and the frozen automaton."""
-    best: dict[str, Any] = {}
+    shared machine disturbs less), bytes/token while growing; and the frozen automaton."""
+    best: dict[str, float] = {}
+    best_sam = None
     for _ in range(repeats):
         t0, c0 = time.perf_counter(), time.process_time()
         sam = mod.SuffixAutomaton(len(text))
@@ -187,24 +196,28 @@ def measure_build(mod: ModuleType, text: list[int], repeats: int) -> dict[str, A
         sam.freeze()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         if not best or wall < best["wall"]:
-            best = {"wall": wall, "cpu": cpu, "extend": t1 - t0, "growing": growing, "sam": sam}
+            best = {"wall": wall, "cpu": cpu, "extend": t1 - t0, "growing": growing}
+            best_sam = sam
+    assert best_sam is not None  # repeats >= 1
     n = len(text)
-    return {
+    figures = {
         "build_tokens_per_s": n / best["wall"],
         "build_cpu_tokens_per_s": n / best["cpu"],
         "extend_tokens_per_s": n / best["extend"],
         "bytes_per_token_building": best["growing"] / n,
-        "sam": best["sam"],
     }
+    return figures, best_sam
 
 
-def measure_cursor(cursor: Any, queries: list[int], repeats: int = 2) -> dict[str, float]:
+def measure_cursor(
+    cursor: MatchCursor | MultiCursor, queries: list[int], repeats: int = 2
+) -> dict[str, float]:
     """Best of `repeats` runs of _measure_cursor."""
     runs = [_measure_cursor(cursor, queries) for _ in range(repeats)]
     return {k: min(r[k] for r in runs) for k in runs[0]}
 
 
-def _measure_cursor(cursor: Any, queries: list[int]) -> dict[str, float]:
+def _measure_cursor(cursor: MatchCursor | MultiCursor, queries: list[int]) -> dict[str, float]:
     """µs per feed over the query stream; µs per sequence and tree draft, timed alone on
     copies of the cursor taken wherever it had a match."""
     cursor.reset()
@@ -313,7 +326,7 @@ def run_bench(
     say: Say,
     workdir: Path | None = None,
     cache_dir: Path | None = None,
-) -> dict[str, Any]:
+) -> Report:
     """cache_dir: where the tokenized corpus is kept between runs."""
     # Held-out files are about 1/HOLD_OUT_EVERY of the text: read that much more.
     want = max(tokens, load_tokens) * (HOLD_OUT_EVERY + 2) // HOLD_OUT_EVERY + 2 * QUERY_TOKENS
@@ -322,7 +335,7 @@ def run_bench(
     big_docs = corpus.docs
     small = make_corpus(src, tokens)
     text = _joined(small.docs, corpus.separator)
-    res: dict[str, Any] = {
+    res: Report = {
         "backend": backend(),
         "corpus": corpus.kind,
         "tokens": len(text),
@@ -331,8 +344,7 @@ def run_bench(
         "loadavg_1m": os.getloadavg()[0],
     }
     say(f"build: {len(text):,} tokens ({backend()})")
-    built = measure_build(impl, text, repeats=2)
-    sam = built.pop("sam")
+    built, sam = measure_build(impl, text, repeats=2)
     res.update(built)
     res["bytes_per_token_frozen"] = sam.nbytes() / len(text)
     res["states_per_token"] = sam.n_states / len(text)
@@ -360,10 +372,11 @@ def run_bench(
         if load_tokens:
             say(f"load: building a {load_tokens:,}-token index")
             big = build_index(tmp / "big", corpus, big_docs)
-            res["load_tokens"] = big.stats()["tokens"]
+            big_tokens = big.stats()["tokens"]
+            res["load_tokens"] = big_tokens
             res["load_bytes"] = big.stats()["bytes"]
             big.close()
-            scale = 10_000_000 / res["load_tokens"]
+            scale = 10_000_000 / big_tokens
             res["load_s_10m"] = measure_load(tmp / "big", corpus, repeats=3) * scale
             big = StaticIndex.open(tmp / "big", corpus.fingerprint, corpus.separator)
             t0 = time.perf_counter()
@@ -376,8 +389,7 @@ def run_bench(
     res.update(measure_baseline(text[:baseline_tokens], small.queries))
     say(f"pure fallback over {pure_tokens:,} tokens")
     pure = load_pure()
-    pbuilt = measure_build(pure, text[:pure_tokens], repeats=1)
-    psam = pbuilt["sam"]
+    pbuilt, psam = measure_build(pure, text[:pure_tokens], repeats=1)
     res["pure_build_tokens_per_s"] = pbuilt["build_tokens_per_s"]
     pm = measure_cursor(pure.MatchCursor(psam, corpus.separator), small.queries[:5000])
     res["pure_match_us"] = pm["match_us"]
@@ -395,9 +407,11 @@ TARGETS = {
 }
 
 
-def format_report(res: dict[str, Any]) -> str:
+def format_report(res: Report) -> str:
     res = dict(res)
-    res["match_plus_draft_us"] = res["match_us"] + res["draft_us"]
+    match, draft = res["match_us"], res["draft_us"]
+    if isinstance(match, int | float) and isinstance(draft, int | float):
+        res["match_plus_draft_us"] = match + draft
     rows = [
         ("build (tokens/s)", "build_tokens_per_s", "{:,.0f}"),
         ("bytes/token on disk", "bytes_per_token_disk", "{:.1f}"),

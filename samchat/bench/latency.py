@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 QUESTION = "Using only the text above, say in two sentences what samchat is for."
 SHORT = "Say hi"
@@ -59,7 +58,7 @@ class Timing:
     total_s: float  # process start to the answer's last byte
     runs: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, str | float]:  # runs is an int
         return asdict(self)
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
+import numpy.typing as npt
 
 from samchat.engines.base import Engine
 from samchat.errors import SamchatError
@@ -25,6 +26,15 @@ class Perplexity:
 
     def to_dict(self) -> dict[str, float | int]:
         return {"perplexity": self.perplexity, "tokens": self.tokens}
+
+
+class MethodFigures(TypedDict):
+    """One configuration's figures in `samchat bench perplexity --json`, with what ran it."""
+
+    perplexity: float
+    tokens: int
+    dtype: str
+    engine: str  # the engine in words
 
 
 def parse_setups(text: str) -> list[str]:
@@ -54,7 +64,7 @@ def parse_setups(text: str) -> list[str]:
     return list(dict.fromkeys(labels))
 
 
-def _nll(logits: np.ndarray[Any, Any], targets: list[int]) -> float:
+def _nll(logits: npt.NDArray[np.float32], targets: list[int]) -> float:
     rows = logits.astype(np.float64)
     top = rows.max(axis=1, keepdims=True)
     lse = top[:, 0] + np.log(np.exp(rows - top).sum(axis=1))

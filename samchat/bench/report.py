@@ -11,7 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    from samchat.engines.costs.curve import CostCurve
 
 
 @dataclass(frozen=True)
@@ -24,8 +27,30 @@ class Question:
     turns: tuple[str, ...]
 
 
-# method -> category -> figure: numbers, and per-drafter mappings (accepted_by, mat_by, steps_by)
-Table = dict[str, dict[str, dict[str, Any]]]
+class DrafterFigures(TypedDict, total=False):
+    """Per drafter of a method's steps, and what the cost model says of them (none for a
+    method without steps)."""
+
+    accepted_by: dict[str, float]  # each source's share of the reply tokens
+    mat_by: dict[str, float]  # tokens per step of each step kind
+    steps_by: dict[str, float]
+    predicted_vs_plain: float  # committed tokens per one-token forward's worth of cost
+    decode_speedup_vs_plain: float  # on decoding alone (no prefill)
+
+
+class Figures(DrafterFigures):
+    """One method on one category (or "overall")."""
+
+    tokens_per_s: float
+    speedup_vs_plain: float
+    speedup_vs_best_plain: float
+    mat: float
+    identical: int  # replies equal to the same configuration's plain
+    questions: int
+
+
+# method -> category -> its figures
+Table = dict[str, dict[str, Figures]]
 
 
 @dataclass
@@ -61,7 +86,7 @@ def _decode_speed(runs: dict[str, Run], qids: list[str]) -> float:
     return sum(r.tokens for r in chosen) / seconds if seconds > 0 else 0.0
 
 
-def _by_drafter(runs: list[Run]) -> dict[str, dict[str, float]]:
+def _by_drafter(runs: list[Run]) -> DrafterFigures:
     """accepted_by: each source's share of the reply tokens; mat_by: tokens per step of each
     step kind (a drafter, a merged tree, or plain), counting every token a step verified, even
     past a length or stop limit where the overall MAT stops. Empty for methods without steps."""
@@ -119,7 +144,7 @@ class Results:
         for method in self.methods:
             runs = self.runs.get(method, {})
             plain = self.runs.get(plain_of(method), {})
-            rows: dict[str, dict[str, Any]] = {}
+            rows: dict[str, Figures] = {}
             for category in [*order, "overall"]:
                 qids = [
                     q
@@ -135,7 +160,7 @@ class Results:
                 )
                 steps = sum(runs[q].steps for q in qids)
                 committed = sum(runs[q].committed for q in qids)
-                by: dict[str, Any] = _by_drafter([runs[q] for q in qids])
+                by = _by_drafter([runs[q] for q in qids])
                 cost = sum(runs[q].cost for q in qids)
                 if by and cost > 0:
                     # committed tokens per one-token forward's worth of verification cost
@@ -178,7 +203,7 @@ class Results:
         return mean(speeds) if speeds else 0.0
 
 
-def reply_cost(curve: Any, context: int, sizes: Sequence[int]) -> float:
+def reply_cost(curve: CostCurve, context: int, sizes: Sequence[int]) -> float:
     """A reply's forwards of `sizes` inputs in one-token forwards, priced as the selector
     priced them: on the curve at the prompt's length."""
     at = curve.at(context)
@@ -247,7 +272,7 @@ def plot(table: Table, path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(max(8, len(categories) * 0.9), 4.5))
     for i, m in enumerate(methods):
         xs = [j + i * width for j in range(len(categories))]
-        ys = [float(table[m].get(c, {}).get("speedup_vs_plain", 0)) for c in categories]
+        ys = [float(table[m][c]["speedup_vs_plain"]) if c in table[m] else 0.0 for c in categories]
         ax.bar(xs, ys, width, label=m)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks([j + width * (len(methods) - 1) / 2 for j in range(len(categories))])

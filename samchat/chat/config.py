@@ -9,18 +9,23 @@ from __future__ import annotations
 import contextlib
 import copy
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from samchat import paths
 from samchat.corpus.rule import RetrievalRule
+from samchat.decoding.knobs import KnobValue
 from samchat.decoding.params import DecodingConfig, SamplingParams, from_mapping, to_mapping
 from samchat.engines.registry import ENGINES
 from samchat.errors import SamchatError
 from samchat.models.device import DTYPES
 from samchat.models.loader import ModelSpec
 from samchat.remote.endpoint import Endpoint, endpoints_from_toml
+
+if TYPE_CHECKING:
+    from tomlkit import TOMLDocument
 
 CONFIG_NAME = "config.toml"
 DEFAULT_THEME = "samchat-dark"
@@ -31,6 +36,20 @@ DEFAULT_THEME = "samchat-dark"
 
 class ConfigError(SamchatError):
     """The config file cannot be read or holds a bad value."""
+
+
+class ConfigTables(TypedDict):
+    """config.toml's settings as TOML holds them (Config.to_toml_dict), [endpoints] aside."""
+
+    theme: str
+    model: str
+    device: str
+    engine: str
+    dtype: str
+    keymap: dict[str, str]
+    decoding: dict[str, KnobValue]
+    sampling: dict[str, KnobValue]
+    documents: dict[str, float]  # RetrievalRule.SECTION
 
 
 def config_path() -> Path:
@@ -62,7 +81,7 @@ class Config:
             source=self.model or None, device=self.device, engine=self.engine, dtype=self.dtype
         )
 
-    def to_toml_dict(self) -> dict[str, Any]:
+    def to_toml_dict(self) -> ConfigTables:
         return {
             "theme": self.theme,
             "model": self.model,
@@ -72,11 +91,11 @@ class Config:
             "keymap": dict(self.keymap),
             "decoding": {k: v for k, v in to_mapping(self.decoding).items() if v is not None},
             "sampling": {k: v for k, v in to_mapping(self.sampling).items() if v is not None},
-            RetrievalRule.SECTION: self.documents.to_mapping(),
+            "documents": self.documents.to_mapping(),
         }
 
 
-def parse_decoding(values: dict[str, Any]) -> DecodingConfig:
+def parse_decoding(values: Mapping[str, object]) -> DecodingConfig:
     """[decoding]: defaults filled in, types and ranges checked (params.py's rules); raises
     ConfigError with one line."""
     try:
@@ -85,7 +104,7 @@ def parse_decoding(values: dict[str, Any]) -> DecodingConfig:
         raise ConfigError(str(exc)) from None
 
 
-def parse_sampling(values: dict[str, Any]) -> SamplingParams:
+def parse_sampling(values: Mapping[str, object]) -> SamplingParams:
     """[sampling], as parse_decoding. A negative seed (the old `seed = -1` of config files
     written before seeds could be unset) means random, as it did."""
     values = dict(values)
@@ -98,14 +117,14 @@ def parse_sampling(values: dict[str, Any]) -> SamplingParams:
         raise ConfigError(str(exc)) from None
 
 
-def _table(data: dict[str, Any], name: str) -> dict[str, Any]:
+def _table(data: Mapping[str, object], name: str) -> dict[str, object]:
     section = data.get(name, {})
     if not isinstance(section, dict):
         raise ConfigError(f"config: [{name}] must be a table")
     return section
 
 
-def from_toml_dict(data: dict[str, Any]) -> Config:
+def from_toml_dict(data: Mapping[str, object]) -> Config:
     cfg = Config()
     for key in ("theme", "model", "device", "engine", "dtype"):
         if key in data:
@@ -182,7 +201,7 @@ def changes(cfg: Config, since: Config) -> Changes:
     return Changes(values, tables)
 
 
-def _save_document(path: Path, change: Changes) -> Any:
+def _save_document(path: Path, change: Changes) -> TOMLDocument:
     """The file's tomlkit document (comments, order, unknown keys kept) with `change` applied."""
     import tomlkit
 

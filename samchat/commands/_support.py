@@ -10,7 +10,6 @@ import argparse
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from rich.console import Console
 from rich.progress import (
@@ -60,7 +59,7 @@ def open_index(store: Store, args: argparse.Namespace) -> IndexManager:
 
 
 @contextmanager
-def progress_bar(description: str) -> Iterator[Callable[[int, int, Any], None]]:
+def progress_bar(description: str) -> Iterator[Callable[[int, int, object], None]]:
     """A rich progress bar on stderr; yields a (done, total, what) callback. Without a
     terminal (scripts, logs, tests) it stays silent: the summary lines say what happened."""
     if not err_console.is_terminal:
@@ -77,7 +76,7 @@ def progress_bar(description: str) -> Iterator[Callable[[int, int, Any], None]]:
     with Progress(*columns, console=err_console, transient=False) as bar:
         task = bar.add_task(description, total=None, what="")
 
-        def update(done: int, total: int, what: Any) -> None:
+        def update(done: int, total: int, what: object) -> None:
             label = str(what)
             bar.update(task, completed=done, total=total, what=label[-40:])
 

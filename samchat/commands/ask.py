@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from samchat import interrupts
 from samchat.cli_options import (
@@ -21,7 +21,7 @@ from samchat.cli_options import (
     spec_from_args,
     store_path,
 )
-from samchat.decoding.knobs import Knob, KnobError, from_mapping, knob_of, to_mapping
+from samchat.decoding.knobs import Knob, KnobError, KnobValue, from_mapping, knob_of, to_mapping
 from samchat.decoding.params import DecodingConfig, SamplingParams
 from samchat.errors import SamchatError
 from samchat.interrupts import EXIT_INTERRUPTED
@@ -51,10 +51,10 @@ KNOB_OPTIONS = (
 )
 
 
-def _knob_type(knob: Knob) -> Callable[[str], Any]:
+def _knob_type(knob: Knob) -> Callable[[str], KnobValue]:
     """An argparse `type`: the option's text parsed and checked by the knob's rules."""
 
-    def parse(text: str) -> Any:
+    def parse(text: str) -> KnobValue:
         try:
             return knob.parse(text)
         except KnobError as exc:
@@ -85,7 +85,7 @@ def _add_knob_option(parser: argparse.ArgumentParser, knob: Knob) -> None:
         parser.add_argument(flag, type=_knob_type(knob), default=None, help=text)
 
 
-def register(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("ask", help="ask one question and stream the answer to stdout")
     parser.add_argument(
         "prompt",
@@ -318,7 +318,7 @@ def _stream(
     raise SamchatError("the decoder stopped without finishing the reply")
 
 
-def _answer(reply: PendingReply, reply_id: int | None, record: ReplyRecord) -> dict[str, Any]:
+def _answer(reply: PendingReply, reply_id: int | None, record: ReplyRecord) -> dict[str, object]:
     """--json's object: ids (null when not saved), the reply and its record (as stored)."""
     return {
         "chat_id": reply.chat_id,

@@ -10,13 +10,49 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from samchat.cli_options import add_model_options, spec_from_args
 from samchat.errors import SamchatError
 
+if TYPE_CHECKING:
+    from samchat.bench.decode import EngineDetails
+    from samchat.bench.report import Table
+    from samchat.engines.costs.curve import CostCurve
+    from samchat.models.loader import LoadedModel
 
-def register_bench(sub: Any) -> None:
+
+class Meta(TypedDict):
+    """The JSON's "meta": the machine, the engines' versions, each configuration's model and
+    the options; then what the run found out (the engines' kernels and curves, changed replies)."""
+
+    model: str
+    device: str
+    machine: str
+    cpu: str
+    cpu_flags: list[str]
+    versions: dict[str, str]
+    configurations: dict[str, dict[str, str]]  # label -> engine, model, dtype, device, source
+    default_configuration: str
+    methods: list[str]
+    date: str
+    questions: str
+    per_category: int
+    repeat: int
+    max_new_tokens: int
+    warm_chats: int
+    max_draft: int
+    selection: str
+    cost_curve: str
+    corpus: str | None
+    rag: bool
+    command: str
+    llamacpp_pld: NotRequired[dict[str, str | int | bool]]
+    replies_changed_between_runs: NotRequired[int]
+    engines: NotRequired[dict[str, EngineDetails]]
+
+
+def register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("decode", help="compare decoding methods on Spec-Bench questions")
     parser.add_argument("--questions", type=Path, default=None, help="Spec-Bench-format JSONL")
     parser.add_argument(
@@ -142,10 +178,11 @@ def run(args: argparse.Namespace) -> int:
         cost_curve=curve,
     )
     first = models[labels[0]]
-    output: dict[str, Any] = {"meta": _meta(args, path, models, methods, default)}
+    meta = _meta(args, path, models, methods, default)
+    output: dict[str, object] = {"meta": meta}
     if any(models[split_key(k)[0]].kind.native_gguf and split_key(k)[1] == "pld" for k in methods):
-        output["meta"]["llamacpp_pld"] = llama_pld_settings()
-    tables: dict[str, Any] = {}
+        meta["llamacpp_pld"] = llama_pld_settings()
+    tables: dict[str, Table] = {}
     try:
         if args.corpus is not None:
             summary = bench.load_corpus(args.corpus)
@@ -153,14 +190,14 @@ def run(args: argparse.Namespace) -> int:
             bench.rag = args.rag
         bench.prepare()
         for label, lm in models.items():  # --dtype auto settled as the sessions opened
-            output["meta"]["configurations"][label]["dtype"] = lm.dtype
+            meta["configurations"][label]["dtype"] = lm.dtype
         cold_results = bench.run_passes(evaluated, args.repeat)
         if cold_results.changed:
             say(f"warning: {cold_results.changed} replies differed between runs")
         cold = cold_results.table()
         output.update(cold)
-        output["meta"]["replies_changed_between_runs"] = cold_results.changed
-        output["meta"]["engines"] = bench.engine_details()
+        meta["replies_changed_between_runs"] = cold_results.changed
+        meta["engines"] = bench.engine_details()
         print("## without warm-up\n" + format_table(cold))
         tables["cold"] = cold
         if args.warm_chats:
@@ -189,10 +226,10 @@ def run(args: argparse.Namespace) -> int:
 def _meta(
     args: argparse.Namespace,
     path: Path,
-    models: dict[str, Any],
+    models: dict[str, LoadedModel],
     methods: tuple[str, ...],
     default: str,
-) -> dict[str, Any]:
+) -> Meta:
     """The machine, the engines' versions and each configuration's model."""
     import torch
 
@@ -238,7 +275,7 @@ def _meta(
     }
 
 
-def cost_curve_option(value: str) -> Any:
+def cost_curve_option(value: str) -> CostCurve | None:
     """--cost-curve: None (measured), the flat curve, or a fixed curve read from a file."""
     from samchat.engines.costs import CostCurve
 

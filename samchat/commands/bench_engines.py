@@ -11,12 +11,11 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from samchat.cli_options import add_model_options, spec_from_args
 
 
-def register_bench(sub: Any) -> None:
+def register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "engines",
         help="time each engine/format on this machine and keep the fastest for the app and serve",

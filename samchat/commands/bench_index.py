@@ -8,12 +8,11 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from samchat.errors import SamchatError
 
 
-def register_bench(sub: Any) -> None:
+def register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "index", help="build speed, size, match/draft cost and load time of the static index"
     )

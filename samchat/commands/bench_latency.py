@@ -8,7 +8,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from samchat.errors import SamchatError
 
@@ -34,7 +33,7 @@ def positive(text: str) -> int:
     return value
 
 
-def register_bench(sub: Any) -> None:
+def register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "latency",
         help="first token and whole answer from process start, beside llama-cpp-python",

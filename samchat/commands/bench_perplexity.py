@@ -10,13 +10,17 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from samchat.cli_options import add_model_options, spec_from_args
 from samchat.errors import SamchatError, one_line
 
+if TYPE_CHECKING:
+    from samchat.bench.perplexity import MethodFigures
+    from samchat.models.loader import ModelSpec
 
-def register_bench(sub: Any) -> None:
+
+def register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("perplexity", help="perplexity of a text per engine/dtype")
     parser.add_argument("--text", type=Path, required=True, help="a UTF-8 text file")
     parser.add_argument(
@@ -47,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
     # A method that fails is reported after the others ran: their figures are not lost.
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, MethodFigures] = {}
     failed: dict[str, str] = {}
     for label, spec in specs.items():
         try:
@@ -70,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _measure(label: str, spec: Any, text: str, say: Callable[[str], None]) -> dict[str, Any]:
+def _measure(label: str, spec: ModelSpec, text: str, say: Callable[[str], None]) -> MethodFigures:
     """One method's perplexity on text, with what ran it."""
     from samchat.bench.perplexity import perplexity
     from samchat.models import load_model
@@ -86,4 +90,9 @@ def _measure(label: str, spec: Any, text: str, say: Callable[[str], None]) -> di
     result = perplexity(engine, ids)
     seconds = time.perf_counter() - t0
     say(f"{label}: {result.perplexity:.4f} over {result.tokens} tokens ({seconds:.1f} s)")
-    return {**result.to_dict(), "dtype": lm.dtype, "engine": engine.meter.describe()}
+    return {
+        "perplexity": result.perplexity,
+        "tokens": result.tokens,
+        "dtype": lm.dtype,
+        "engine": engine.meter.describe(),
+    }

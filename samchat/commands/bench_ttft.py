@@ -11,12 +11,15 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from samchat.cli_options import add_model_options, spec_from_args
 from samchat.decoding.params import METHODS, DecodingConfig
 from samchat.messages import Message
 from samchat.names import named
+
+if TYPE_CHECKING:
+    from samchat.decoding.protocols import SessionModel
 
 TOPICS = (
     "the history of the printing press",
@@ -34,7 +37,7 @@ TOPICS = (
 )
 
 
-def register_bench(sub: Any) -> None:
+def register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("ttft", help="time to first token over a long chat, KV reuse vs none")
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--max-new-tokens", type=int, default=48)
@@ -54,7 +57,9 @@ def _user_turn(i: int) -> str:
     return f"Question {i + 1}: explain {topic} in a short paragraph for a curious student."
 
 
-def measure(lm: Any, turns: int, max_new_tokens: int, method: str) -> list[dict[str, Any]]:
+def measure(
+    lm: SessionModel, turns: int, max_new_tokens: int, method: str
+) -> list[dict[str, float]]:
     """One chat per mode, same questions; the reused chat's answers feed both histories."""
     from samchat.decoding import ChatSession, ReplyDone, SamplingParams
 
@@ -62,10 +67,10 @@ def measure(lm: Any, turns: int, max_new_tokens: int, method: str) -> list[dict[
     reuse = ChatSession(lm, DecodingConfig(method=named(method, METHODS)))
     fresh = ChatSession(lm, DecodingConfig(method=named(method, METHODS)))
     messages: list[Message] = [{"role": "system", "content": "You are a helpful tutor."}]
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, float]] = []  # figures by name; turns and token counts are ints
     for i in range(turns):
         messages.append({"role": "user", "content": _user_turn(i)})
-        row: dict[str, Any] = {"turn": i + 1}
+        row: dict[str, float] = {"turn": i + 1}
         for name, session in (("reuse", reuse), ("recompute", fresh)):
             if name == "recompute":
                 session.reset()  # no cache: the whole history is prefilled again
@@ -85,7 +90,7 @@ def measure(lm: Any, turns: int, max_new_tokens: int, method: str) -> list[dict[
     return rows
 
 
-def format_rows(rows: list[dict[str, Any]]) -> str:
+def format_rows(rows: list[dict[str, float]]) -> str:
     lines = [
         "| turn | prompt tokens | reused | TTFT reuse (s) | TTFT recompute (s) |",
         "|---:|---:|---:|---:|---:|",

@@ -15,9 +15,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     # show: the file's settings with every default filled in (a bad file is one error line)
     cfg = load_config()
-    data = cfg.to_toml_dict()
+    tables = cfg.to_toml_dict()
+    data: dict[str, object] = dict(tables)
     data["sampling"] = {
-        k: list(v) if isinstance(v, tuple) else v for k, v in data["sampling"].items()
+        k: list(v) if isinstance(v, tuple) else v for k, v in tables["sampling"].items()
     }
     if cfg.endpoints:  # a key written in the file is not echoed
         endpoints = tomlkit.table(is_super_table=True)

@@ -8,7 +8,6 @@ import json
 import platform
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 from samchat import __version__
 from samchat.errors import SamchatError
@@ -211,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "doctor", help="show versions, device, CPU, engine, model and SAM core in use"
     )

@@ -7,7 +7,6 @@ import dataclasses
 import os
 import sys
 from functools import partial
-from typing import Any
 
 from samchat import interrupts, paths
 from samchat.cli_options import (
@@ -33,7 +32,7 @@ def _port(text: str) -> int:
     return port
 
 
-def register(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("serve", help="serve the model over an OpenAI-compatible HTTP API")
     parser.add_argument(
         "--host",

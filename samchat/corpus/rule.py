@@ -12,7 +12,7 @@ before the first answer token. The context then cuts what does not fit beside th
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from samchat.errors import SamchatError
 
@@ -42,11 +42,11 @@ class RetrievalRule:
             return max(1, min(self.tokens, int(self.wait * prefill_tps)))
         return self.tokens
 
-    def to_mapping(self) -> dict[str, Any]:
+    def to_mapping(self) -> dict[str, float]:
         return asdict(self)
 
     @classmethod
-    def from_mapping(cls, table: Any, where: str = "config") -> RetrievalRule:
+    def from_mapping(cls, table: object, where: str = "config") -> RetrievalRule:
         """From a TOML table; one-line SamchatError naming the bad key and what it takes."""
         if not isinstance(table, dict):
             raise SamchatError(f"{where}: [{cls.SECTION}] must be a table")

@@ -12,12 +12,25 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Literal, TypeVar, get_type_hints
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import ClassVar, Literal, Protocol, TypeVar, get_type_hints
 
 from samchat.errors import SamchatError
 
+# A knob's value: bool, int, float, str (a name of its choices), a tuple of strings, or None
+# (an optional knob unset).
+KnobValue = bool | int | float | str | tuple[str, ...] | None
+
+
+class KnobClass(Protocol):
+    """A dataclass of knobs (DecodingConfig, SamplingParams): its config.toml table is SECTION."""
+
+    SECTION: ClassVar[str]
+    __dataclass_fields__: ClassVar[dict[str, Field[object]]]
+
+
 T = TypeVar("T")
+K = TypeVar("K", bound=KnobClass)
 
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
@@ -72,8 +85,8 @@ class Knob:
 
     section: str  # "decoding" | "sampling": the config.toml table
     name: str
-    type: type[Any]  # int, float, bool, str, or tuple (of strings)
-    default: Any
+    type: type[object]  # int, float, bool, str, or tuple (of strings)
+    default: KnobValue
     help: str
     optional: bool = False  # None is a value too (seed: None = random)
     choices: tuple[str, ...] = ()
@@ -107,7 +120,7 @@ class Knob:
             kind += f" <= {_number(self.maximum)}"
         return f"{kind} or unset" if self.optional else kind
 
-    def check(self, value: Any, where: str = "") -> Any:
+    def check(self, value: object, where: str = "") -> KnobValue:
         """The value in the knob's type (an int for a float knob becomes a float; a list of
         strings a tuple), or KnobError. A bool is never a number."""
         if value is None and self.optional:
@@ -117,16 +130,18 @@ class Knob:
             raise KnobError(self, value, where)
         return out
 
-    def _coerce(self, value: Any) -> Any:
+    def _coerce(self, value: object) -> KnobValue:
         """The value in the knob's type, or None when it is not allowed."""
         if self.type is bool:
             return value if isinstance(value, bool) else None
         if self.type is str:
-            ok = isinstance(value, str) and (not self.choices or value in self.choices)
-            return value if ok else None
+            if isinstance(value, str) and (not self.choices or value in self.choices):
+                return value
+            return None
         if self.type is tuple:
-            ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
-            return tuple(value) if ok else None
+            if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+                return tuple(value)
+            return None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return None
         if self.type is int and not isinstance(value, int):
@@ -143,26 +158,26 @@ class Knob:
             return None
         return value
 
-    def parse(self, text: str, where: str = "") -> Any:
+    def parse(self, text: str, where: str = "") -> KnobValue:
         """A value typed as text (a settings field, a command-line option), checked. Empty is
         None for an optional knob; a list of strings is comma-separated."""
         raw = text.strip()
         if self.optional and not raw:
             return None
-        value: Any = raw
+        value: object = raw
         if self.type is bool:
             lowered = raw.lower()
             value = True if lowered in _TRUE else False if lowered in _FALSE else raw
         elif self.type in (int, float):
             with contextlib.suppress(ValueError):  # not a number: check() says what is allowed
-                value = self.type(raw)
+                value = int(raw) if self.type is int else float(raw)
         elif self.type is tuple:
             value = tuple(part for part in text.split(",") if part) if text else ()
         elif self.type is str:
             value = text
         return self.check(value, where)
 
-    def text(self, value: Any) -> str:
+    def text(self, value: object) -> str:
         """The value as parse() reads it back."""
         if value is None:
             return ""
@@ -173,22 +188,22 @@ class Knob:
         return str(value)
 
 
-def knobs(cls: type[Any]) -> list[Knob]:
+def knobs(cls: type[KnobClass]) -> list[Knob]:
     """The knobs of DecodingConfig or SamplingParams, in declaration order."""
     return list(_knobs(cls))
 
 
-_KNOBS: dict[type[Any], tuple[Knob, ...]] = {}
+_KNOBS: dict[type[KnobClass], tuple[Knob, ...]] = {}
 
 
-def _knobs(cls: type[Any]) -> tuple[Knob, ...]:
+def _knobs(cls: type[KnobClass]) -> tuple[Knob, ...]:
     cached = _KNOBS.get(cls)
     if cached is None:
         cached = _KNOBS[cls] = _declared(cls)
     return cached
 
 
-def _declared(cls: type[Any]) -> tuple[Knob, ...]:
+def _declared(cls: type[KnobClass]) -> tuple[Knob, ...]:
     hints = get_type_hints(cls)
     out: list[Knob] = []
     for f in fields(cls):
@@ -221,7 +236,7 @@ def _declared(cls: type[Any]) -> tuple[Knob, ...]:
     return tuple(out)
 
 
-def knob_of(cls: type[Any], name: str) -> Knob:
+def knob_of(cls: type[KnobClass], name: str) -> Knob:
     """One knob by name (KeyError if there is none)."""
     for k in _knobs(cls):
         if k.name == name:
@@ -229,7 +244,7 @@ def knob_of(cls: type[Any], name: str) -> Knob:
     raise KeyError(name)
 
 
-def from_mapping(cls: type[T], values: Mapping[str, Any], where: str = "") -> T:
+def from_mapping(cls: type[K], values: Mapping[str, object], where: str = "") -> K:
     """An instance of `cls` from plain values (a config table, form fields, options): types
     checked, defaults filled in, unknown keys refused, rules checked. Raises KnobError (a
     SamchatError) with one line, prefixed with `where` ("config") when given."""
@@ -246,12 +261,12 @@ def from_mapping(cls: type[T], values: Mapping[str, Any], where: str = "") -> T:
     return cls(**checked)
 
 
-def to_mapping(obj: Any) -> dict[str, Any]:
+def to_mapping(obj: KnobClass) -> dict[str, KnobValue]:
     """The knobs' values of a DecodingConfig or SamplingParams, in declaration order."""
     return {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
-def validate_knobs(obj: Any) -> None:
+def validate_knobs(obj: KnobClass) -> None:
     """KnobError (a SamchatError, one line) for the first bad value of a knob dataclass."""
     for k in _knobs(type(obj)):
         k.check(getattr(obj, k.name))

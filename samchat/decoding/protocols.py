@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from samchat.decoding.tree import DraftTree
-from samchat.engines.base import EngineModel
+from samchat.engines.base import EngineModel, Logits
 from samchat.names import DrafterName
 from samchat.tokenizer import Tokenizer as Tokenizer  # re-exported: a session's tokenizer
 
@@ -61,7 +61,7 @@ class Drafter(ABC):
     def advance(self, tokens: Sequence[int]) -> None:
         """Tokens committed to the text since the last call."""
 
-    def observe(self, input_ids: Sequence[int], logits: Any) -> None:  # noqa: B027
+    def observe(self, input_ids: Sequence[int], logits: Logits) -> None:  # noqa: B027
         """Every verification forward: input ids and their logits (n, vocab). Optional."""
 
     def feedback(self, accepted: int) -> None:  # noqa: B027

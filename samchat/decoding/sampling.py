@@ -13,22 +13,21 @@ Logits rows are numpy float32 arrays on the host, whichever engine made them.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+import numpy.typing as npt
 
 from samchat.decoding.params import SamplingParams
 
-Row = np.ndarray[Any, np.dtype[np.float32]]
+Row = npt.NDArray[np.float32]
 
 
-def _softmax(scores: np.ndarray[Any, np.dtype[np.float64]]) -> np.ndarray[Any, np.dtype[Any]]:
+def _softmax(scores: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     e = np.exp(scores - scores.max())
-    out: np.ndarray[Any, np.dtype[Any]] = e / e.sum()
+    out: npt.NDArray[np.float64] = e / e.sum()
     return out
 
 
-def processed_probs(logits: Row, params: SamplingParams) -> np.ndarray[Any, np.dtype[Any]]:
+def processed_probs(logits: Row, params: SamplingParams) -> npt.NDArray[np.float64]:
     """Probabilities after temperature, top-k and top-p (HF's order), for a 1D logits row."""
     scores = logits.astype(np.float64) / params.temperature
     n = scores.shape[-1]

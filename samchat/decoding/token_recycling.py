@@ -29,9 +29,10 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from samchat.decoding.policy.recycling import (
     CALIBRATION_DECAY,
@@ -48,6 +49,9 @@ from samchat.decoding.protocols import Drafter, SessionModel
 from samchat.decoding.tree import DraftTree
 from samchat.engines.costs import CostCurve
 from samchat.names import TOKEN_RECYCLING
+
+if TYPE_CHECKING:
+    from samchat.engines.base import Logits
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +100,11 @@ def smoothed(prior: Sequence[float], weight: float, hits: Sequence[int], seen: i
 # the highest maxima, so only those are sorted (partitioning every whole row is far slower).
 _BLOCK = 128
 
-IntArray = np.ndarray[Any, np.dtype[np.int64]]
+IntArray = npt.NDArray[np.int64]
+Table = npt.NDArray[np.int32]  # candidate ids by token and rank (-1: none)
 
 
-def top_k_rows(logits: np.ndarray[Any, np.dtype[np.float32]], k: int) -> IntArray:
+def top_k_rows(logits: Logits, k: int) -> IntArray:
     """Each row's k highest-scoring token ids, best first: (rows, k)."""
     rows, vocab = logits.shape
     if vocab <= k * _BLOCK:
@@ -142,7 +147,7 @@ class _Plan:
             ranks = np.array([template[i][-1] for i in nodes], dtype=np.int64)
             self.levels.append((rel, ranks))
 
-    def candidates(self, flat: Any, k: int, last: int, first: Any = None) -> list[int]:
+    def candidates(self, flat: Table, k: int, last: int, first: Table | None = None) -> list[int]:
         """Each node's candidate (-1 under a missing one); `first`: the row to take the first
         level from instead of last's."""
         ranks = self.levels[0][1]
@@ -208,7 +213,7 @@ class TokenRecyclingDrafter(Drafter):
 
     # -- persistence --------------------------------------------------------------------------
 
-    def _load(self, path: Path) -> np.ndarray[Any, np.dtype[np.int32]] | None:
+    def _load(self, path: Path) -> Table | None:
         try:
             table = np.load(path, allow_pickle=False)
         except FileNotFoundError:
@@ -223,7 +228,7 @@ class TokenRecyclingDrafter(Drafter):
             log.warning("ignoring Token Recycling table %s with out-of-range ids", path)
             return None
         # C order: the flat view propose() gathers from must be the table's own memory.
-        loaded: np.ndarray[Any, np.dtype[np.int32]] = np.ascontiguousarray(table)
+        loaded: Table = np.ascontiguousarray(table)
         return loaded
 
     def save(self) -> None:
@@ -364,7 +369,7 @@ class TokenRecyclingDrafter(Drafter):
             parents.append(new_index[parent] if parent >= 0 else -1)
         return DraftTree(tokens, parents, self.name) if tokens else None
 
-    def observe(self, input_ids: Sequence[int], logits: Any) -> None:
+    def observe(self, input_ids: Sequence[int], logits: Logits) -> None:
         """adj[input_j] = topk(logits_j): every verified position, accepted or not."""
         ids = [int(t) for t in input_ids]
         top = top_k_rows(logits, self.k).astype(np.int32)

@@ -6,10 +6,11 @@ it, as are the cost curves measured for them."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 if TYPE_CHECKING:
     import numpy as np
+    import numpy.typing as npt
 
     from samchat.engines.costs.cache import CurveMemo
     from samchat.engines.costs.curve import CostCurve
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 # Logits rows (rows, vocab), float32 numpy on the host: the drafters, the sampler and
 # verification read them there whichever engine runs, so the decoding loop needs no tensor
 # library of its own (and the CLI's import of this module no numpy).
-Logits: TypeAlias = "np.ndarray[Any, np.dtype[np.float32]]"
+Logits: TypeAlias = "npt.NDArray[np.float32]"
 
 
 # Where a model can run; the command line's --device adds "auto" (samchat.models.device).

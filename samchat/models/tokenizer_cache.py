@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from samchat.engines.weights import ModelFiles, quiet_transformers
 from samchat.errors import ModelLoadError, one_line
@@ -28,6 +28,11 @@ from samchat.messages import Message
 from samchat.models.gguf_header import conversion_key, metadata_digest
 from samchat.paths import model_cache_dir
 from samchat.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from tokenizers import Tokenizer as Backend
 
 # The named special tokens, in transformers' order (SPECIAL_TOKENS_ATTRIBUTES).
 SPECIAL_KEYS = (
@@ -55,14 +60,14 @@ _KNOWN = {
 }
 
 
-def _special(value: Any) -> str | None:
+def _special(value: object) -> str | None:
     """A special token's text, stored as a string or as an AddedToken dict."""
     if isinstance(value, dict):
         value = value.get("content")
     return value if isinstance(value, str) else None
 
 
-def _template_environment() -> Any:
+def _template_environment() -> ImmutableSandboxedEnvironment:
     """transformers' chat-template environment: sandboxed, trim_blocks and lstrip_blocks, loop
     controls, its tojson (no HTML escaping), raise_exception and strftime_now."""
     import jinja2
@@ -73,10 +78,10 @@ def _template_environment() -> Any:
         raise jinja2.exceptions.TemplateError(message)
 
     def tojson(
-        x: Any,
+        x: object,
         ensure_ascii: bool = False,
         indent: int | None = None,
-        separators: Any = None,
+        separators: tuple[str, str] | None = None,
         sort_keys: bool = False,
     ) -> str:
         return json.dumps(
@@ -102,8 +107,8 @@ class KeptTokenizer:
 
     def __init__(
         self,
-        backend: Any,
-        config: dict[str, Any],
+        backend: Backend,
+        config: dict[str, object],
         chat_template: str | None,
         folder: Path | None = None,
     ) -> None:
@@ -195,7 +200,7 @@ class KeptTokenizer:
     # -- chat template ------------------------------------------------------------------------
 
     @cached_property
-    def _template(self) -> Any:
+    def _template(self) -> jinja2.Template:
         if self.chat_template is None:
             raise ValueError("this tokenizer has no chat template")
         return _template_environment().from_string(self.chat_template)
@@ -273,7 +278,7 @@ def load_tokenizer_files(
             return converted
         except Exception:  # a damaged copy is converted again
             shutil.rmtree(cached, ignore_errors=True)
-    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
+    kwargs: dict[str, object] = {"trust_remote_code": trust_remote_code}
     if where.gguf_file:
         kwargs["gguf_file"] = where.gguf_file
     if where.local:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 POLL_S = 0.05  # how often a waiting call looks at its cancel flag
 T = TypeVar("T")
@@ -17,7 +17,7 @@ class Cancelled(Exception):
     """The caller's cancel flag was set while a call was waiting."""
 
 
-def _retrieve(task: asyncio.Future[Any]) -> None:
+def _retrieve(task: asyncio.Future[T]) -> None:
     """Mark a task's exception as seen: a Ctrl-C raised inside it is handled by the caller,
     and asyncio would otherwise print it again as "never retrieved"."""
     if not task.cancelled():
@@ -43,12 +43,12 @@ class PrivateLoop:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self._closers: list[Callable[[], Awaitable[Any]]] = []
+        self._closers: list[Callable[[], Awaitable[object]]] = []
 
     def __enter__(self) -> PrivateLoop:
         return self
 
-    def closing(self, closer: Callable[[], Awaitable[Any]]) -> None:
+    def closing(self, closer: Callable[[], Awaitable[object]]) -> None:
         self._closers.append(closer)
 
     def run(self, step: Awaitable[T], cancelled: Callable[[], bool]) -> T:

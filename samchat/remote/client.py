@@ -9,7 +9,7 @@ import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from samchat.errors import ModelLoadError, SamchatError
 from samchat.models.catalog import ModelEntry
@@ -146,7 +146,7 @@ def not_openai(endpoint: Endpoint) -> str:
     )
 
 
-def _detail(exc: Any) -> str:
+def _detail(exc: openai.APIStatusError) -> str:
     body = getattr(exc, "body", None)
     if isinstance(body, dict):
         message = body.get("message") or (body.get("error") or {}).get("message")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlsplit
 
 from samchat.errors import SamchatError
@@ -115,7 +114,7 @@ def parse_source(source: str, endpoints: Mapping[str, Endpoint]) -> RemoteSource
     return RemoteSource(declared or Endpoint(url), model.strip() or None)
 
 
-def endpoints_from_toml(data: Any) -> dict[str, Endpoint]:
+def endpoints_from_toml(data: object) -> dict[str, Endpoint]:
     """config.toml's [endpoints.NAME] tables: url, and optionally api_key_env (or api_key),
     timeout (seconds) and context (tokens). One-line EndpointError for a bad entry."""
     if not isinstance(data, dict):

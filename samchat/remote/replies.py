@@ -19,6 +19,7 @@ from samchat.remote.aio import Cancelled, PrivateLoop
 from samchat.remote.client import RemoteError, RemoteModel, async_client, explain, not_openai
 
 if TYPE_CHECKING:
+    from samchat.corpus.indexing import BackgroundIndexer
     from samchat.corpus.retrieval import Fitted, Source
 
 # finish reasons as samchat names them ("interrupted": the server broke off the stream)
@@ -39,7 +40,8 @@ class RemoteGenerator:
 
     def __init__(self, lm: RemoteModel) -> None:
         self.lm = lm
-        self.indexer: Any = None  # no tokenizer here, so no static index to draft from
+        # No tokenizer here, so no static index to draft from.
+        self.indexer: BackgroundIndexer | None = None
 
     def prepare(self) -> None:
         """Nothing to measure: the server decodes."""
@@ -190,7 +192,7 @@ class _Reply:
         yield ReplyDone("".join(parts), finish, stats, notice)
 
 
-def _stats(started: float, chunks: int, first_at: float, usage: Any) -> ReplyStats:
+def _stats(started: float, chunks: int, first_at: float, usage: object) -> ReplyStats:
     """Tokens as the server counts them when it says (else one per streamed chunk), tokens/s
     after the first token, and the time to it."""
     tokens = int(getattr(usage, "completion_tokens", 0) or 0) or chunks

@@ -10,7 +10,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from samchat.decoding.knobs import KnobError, from_mapping
 from samchat.decoding.params import SamplingParams
@@ -320,10 +320,10 @@ def completion(rid: str, model: str, done: ReplyDone, chat_id: int | None) -> Co
     }
 
 
-def chunk(rid: str, model: str, delta: dict[str, str], **extra: Any) -> str:
+def chunk(rid: str, model: str, delta: dict[str, str], **extra: object) -> str:
     """One streamed chunk as the SSE data line's JSON."""
     finish = extra.pop("finish_reason", None)
-    body: dict[str, Any] = {
+    body: dict[str, object] = {
         "id": rid,
         "object": "chat.completion.chunk",
         "created": int(time.time()),

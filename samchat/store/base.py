@@ -8,6 +8,7 @@ import hashlib
 import json
 import sqlite3
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
@@ -45,7 +46,7 @@ def _guard(fn: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], R]
     return wrapper
 
 
-def _num(value: object, kind: type[int] | type[float]) -> Any:
+def _num(value: object, kind: type[int] | type[float]) -> int | float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return kind(value)
@@ -104,6 +105,6 @@ class StoreBase:
 
         return sqlite_utils.Database(self.conn, execute_plugins=False)
 
-    def transaction(self) -> Any:
+    def transaction(self) -> AbstractContextManager[None]:
         """Group several writes into one atomic transaction (nests as a savepoint)."""
         return write_transaction(self.conn)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -42,6 +42,8 @@ from samchat.tui.worker_messages import (
 )
 
 if TYPE_CHECKING:
+    from rich.console import RenderableType
+
     from samchat.chat.generator import Replies
     from samchat.chat.opening import Model
     from samchat.corpus.indexing import BackgroundIndexer
@@ -101,7 +103,7 @@ class SamchatApp(App[None]):
         self.theme_problems = install_themes(self, self.cfg.theme, self.theme_dirs)
         self.chat = ChatScreen(self)
 
-    def get_default_screen(self) -> Screen[Any]:
+    def get_default_screen(self) -> ChatScreen:
         return self.chat
 
     # -- themes and settings -------------------------------------------------------------------
@@ -195,11 +197,13 @@ class SamchatApp(App[None]):
             if self.generator is not None:
                 self.generator.indexer = self.indexer
 
-    def exit(self, *args: Any, **kwargs: Any) -> None:
+    def exit(
+        self, result: None = None, return_code: int = 0, message: RenderableType | None = None
+    ) -> None:
         """Quit at once: the reply and the timing are told to stop before Textual closes the
         widgets, which waits for their workers' threads."""
         self.chat.conversation.replies.stop_all()
-        super().exit(*args, **kwargs)
+        super().exit(result, return_code, message)
 
     def on_unmount(self) -> None:
         self.chat.conversation.replies.stop_all()
@@ -349,7 +353,7 @@ class SamchatApp(App[None]):
 
     # -- command palette -----------------------------------------------------------------------
 
-    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         yield from palette_commands(self, self.chat, self.cfg.keymap)
 

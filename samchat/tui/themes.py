@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +43,13 @@ def user_theme_dir() -> Path:
     return paths.config_dir() / "themes"
 
 
-def theme_from_dict(data: dict[str, Any], source: str) -> Theme:
+def theme_from_dict(data: Mapping[str, object], source: str) -> Theme:
     name = data.get("name")
     if not isinstance(name, str) or not name:
         raise ThemeFileError(f"theme {source}: missing 'name'")
     if not isinstance(data.get("primary"), str):
         raise ThemeFileError(f"theme {source}: missing 'primary' colour")
-    colors: dict[str, Any] = {}
+    colors: dict[str, Any] = {}  # Theme's colour arguments: strings, or None
     for key in _COLOR_KEYS:
         value = data.get(key)
         if value is not None and not isinstance(value, str):

@@ -10,9 +10,9 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
-from samchat.engines.costs.curve import CostCurve
+from samchat.engines.costs.curve import CostCurve, LongParts
 from samchat.engines.kernels import KernelPlan, plan_from
 
 log = logging.getLogger(__name__)
@@ -22,6 +22,17 @@ CURVE_VERSION = 5
 # A cached curve above this at 4 inputs was measured under heavy load (batching 4 rows costs
 # no more than 4 one-row forwards and the switches of batch shape around them): measure again.
 _PLAUSIBLE_REL4 = 5.0
+
+
+class CurveFile(TypedDict):
+    """A cache file's JSON: the curve, its longer ones, its kernel plan and what was measured."""
+
+    version: int
+    context: int
+    relative_cost: dict[str, float]
+    long: NotRequired[LongParts]
+    kernels: NotRequired[dict[str, str]]
+    about: NotRequired[dict[str, str]]
 
 
 def load_cached(cache_file: Path | None) -> CostCurve | None:
@@ -52,7 +63,7 @@ def load_cached(cache_file: Path | None) -> CostCurve | None:
 def load_or_measure(
     measure: Callable[[], CostCurve],
     cache_file: Path | None,
-    progress: Any = None,
+    progress: Callable[[str], None] | None = None,
     about: dict[str, str] | None = None,
 ) -> CostCurve:
     """The curve cached in cache_file, measured once if missing or unreadable (every time
@@ -76,7 +87,7 @@ def save_curve(curve: CostCurve, cache_file: Path, about: dict[str, str] | None 
     """Keep a measured curve in the cache (load_cached reads it back)."""
     try:
         cache_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        payload: dict[str, Any] = {
+        payload: CurveFile = {
             "version": CURVE_VERSION,
             "context": curve.context,
             "relative_cost": curve.to_dict(),

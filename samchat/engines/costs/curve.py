@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from samchat.engines.base import DRAFT_ROWS
 from samchat.engines.kernels import KernelPlan
@@ -21,6 +21,14 @@ DEFAULT_GPU = {1: 1.0, 16: 1.02, 32: 1.05, 64: 1.15}
 # Where a wide verification costs at most this many one-row forwards the curve counts as flat
 # (a GPU): drafts may use every row, and Token Recycling learns from the whole prompt.
 FLAT_COST = 1.5
+
+
+class LongParts(TypedDict):
+    """A curve and its longer ones as JSON: cached tokens, cost by inputs, the next curve."""
+
+    context: int
+    relative_cost: dict[str, float]
+    long: NotRequired[LongParts]
 
 
 class CostCurve:
@@ -92,10 +100,10 @@ class CostCurve:
         points = {x: (1.0 - t) * self.rel(x) + t * long.rel(x) for x in xs}
         return CostCurve(points, fixed=self.fixed, kernels=self.kernels, context=context)
 
-    def long_parts(self) -> dict[str, Any]:
+    def long_parts(self) -> LongParts:
         """This curve and its longer ones as nested JSON (the cache file's and the benchmark's
         "long")."""
-        out: dict[str, Any] = {"context": self.context, "relative_cost": self.to_dict()}
+        out: LongParts = {"context": self.context, "relative_cost": self.to_dict()}
         if self.long is not None:
             out["long"] = self.long.long_parts()
         return out

@@ -11,7 +11,8 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from samchat import interrupts
 from samchat.errors import ModelLoadError
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _INIT = threading.Lock()
-_READY: list[Any] = []  # the log callback, kept alive while llama.cpp may call it
+_READY: list[object] = []  # the log callback, kept alive while llama.cpp may call it
 # A Ctrl-C that lands in the log callback: ctypes would print it and drop it (the C call goes
 # on as if nothing happened), so the callback keeps it and the caller raises it on return.
 _PENDING: list[BaseException] = []
@@ -52,7 +53,7 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def llama() -> Any:
+def llama() -> ModuleType:
     """The llama_cpp module, initialised once, its log routed to Python logging."""
     import llama_cpp
 
@@ -104,7 +105,7 @@ def system_info() -> str:
 class LlamaWeights:
     """One loaded GGUF model: its handle, vocabulary size, training context and file type."""
 
-    def __init__(self, path: Path, handle: Any, lib: Any) -> None:
+    def __init__(self, path: Path, handle: object, lib: ModuleType) -> None:
         self.path = path
         self.handle = handle
         self._lib = lib

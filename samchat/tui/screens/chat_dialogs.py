@@ -5,7 +5,7 @@ given what they act on; none holds any state."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from samchat.chat.documents import import_documents as import_into
 from samchat.errors import SamchatError
@@ -108,7 +108,7 @@ def import_documents(
 ) -> None:
     store_path = data.path
 
-    def importer(path: str, progress: Any) -> str:
+    def importer(path: str, progress: Callable[[int, int, str], None]) -> str:
         return import_into(path, store_path, progress)
 
     app.push_screen(ImportScreen(importer, imported, use_in_chat))

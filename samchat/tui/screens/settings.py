@@ -4,7 +4,7 @@ is the knob's). Returns (decoding, sampling), parsed and validated by params.py.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -12,6 +12,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Switch
 
+from samchat.decoding.knobs import KnobClass, KnobValue
 from samchat.decoding.params import (
     DecodingConfig,
     Knob,
@@ -26,7 +27,7 @@ from samchat.errors import SamchatError
 EXCLUDED = {
     "stop": "a list of any strings (newlines, commas) that one input line cannot hold",
 }
-SECTIONS: tuple[tuple[str, type[Any]], ...] = (
+SECTIONS: tuple[tuple[str, type[KnobClass]], ...] = (
     ("Decoding", DecodingConfig),
     ("Sampling", SamplingParams),
 )
@@ -35,7 +36,7 @@ Result = tuple[DecodingConfig, SamplingParams]
 T = TypeVar("T", DecodingConfig, SamplingParams)
 
 
-def form_knobs(cls: type[Any]) -> list[Knob]:
+def form_knobs(cls: type[KnobClass]) -> list[Knob]:
     """The knobs of `cls` that get a row, in declaration order."""
     return [k for k in knobs(cls) if k.name not in EXCLUDED]
 
@@ -49,7 +50,7 @@ class SettingsScreen(ModalScreen[Result | None]):
     def __init__(self, decoding: DecodingConfig, sampling: SamplingParams) -> None:
         super().__init__(classes="dialog-screen")
         # The form's starting values by knob name (the widgets hold them from then on).
-        self.values: dict[type[Any], dict[str, Any]] = {
+        self.values: dict[type[KnobClass], dict[str, KnobValue]] = {
             DecodingConfig: to_mapping(decoding),
             SamplingParams: to_mapping(sampling),
         }
@@ -67,7 +68,7 @@ class SettingsScreen(ModalScreen[Result | None]):
                 yield Button("Save (ctrl+s)", variant="primary", id="save")
                 yield Button("Cancel (esc)", id="cancel")
 
-    def _row(self, knob: Knob, value: Any) -> ComposeResult:
+    def _row(self, knob: Knob, value: object) -> ComposeResult:
         with Horizontal(classes="field"):
             yield Label(knob.name, classes="field-name")
             wid = f"set-{knob.name}"
@@ -83,7 +84,7 @@ class SettingsScreen(ModalScreen[Result | None]):
 
     def _read(self, cls: type[T]) -> T:
         """The form's values for `cls` (knobs without a row keep theirs), parsed and checked."""
-        values = dict(self.values[cls])
+        values: dict[str, object] = dict(self.values[cls])
         for knob in form_knobs(cls):
             widget = self.query_one(f"#set-{knob.name}")
             if isinstance(widget, Input):
