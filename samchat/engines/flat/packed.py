@@ -28,7 +28,7 @@ from samchat.errors import ModelLoadError
 
 Say = Callable[[str], None]
 # Bumped when the packed layout or the quantization changes: older files are packed again.
-LAYOUT = "5"
+LAYOUT = "6"
 ALIGN = 64
 
 

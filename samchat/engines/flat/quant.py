@@ -21,13 +21,16 @@ from samchat.engines.flat.gguf_weights import (
     Floats,
     Tensor,
     dequantized,
+    kind_of,
 )
 from samchat.errors import ModelLoadError
 
 FORMATS = ("int4", "int8")
 TILE = 16  # outputs per tile of the native forward's linears (native/tiles.h)
-# How the native forward holds a linear (forward.cpp's Kind): 4-bit, 8-bit or float tiles.
-TILES4, TILES8, TILESF = 2, 3, 4
+# How the native forward holds a linear (forward.cpp's Kind): 4-bit, 8-bit or float tiles; the
+# K kinds round inputs to 8 bits per 256 instead of 32, as llama.cpp does for the K-quants.
+TILES4, TILES8, TILESF, TILES4K, TILES8K = 2, 3, 4, 5, 6
+K_QUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 
 
 def _bf16(a: torch.Tensor) -> torch.Tensor:
@@ -170,10 +173,13 @@ def tiles(parts: list[Tensor], requantize: bool = False) -> tuple[int, dict[str,
     """The native forward's tiles of a linear (the rows of `parts` stacked, a fused
     projection) and their kind: the parts' own numbers, in the narrowest tiles that hold them
     all; with `requantize`, 4-bit tiles of every part (float and other types quantized)."""
+    # A fused linear of K-quants and other types (not seen in llama.cpp's files) rounds
+    # inputs per 32, the finer of the two.
+    k256 = not requantize and all(kind_of(p) in K_QUANTS for p in parts)
     if requantize or all(isinstance(p, Blocks4) for p in parts):
-        return TILES4, tiles4([to_blocks4(p) for p in parts])
+        return TILES4K if k256 else TILES4, tiles4([to_blocks4(p) for p in parts])
     if all(isinstance(p, Blocks4 | Blocks8) for p in parts):
-        return TILES8, tiles8([to_blocks8(p) for p in parts])
+        return TILES8K if k256 else TILES8, tiles8([to_blocks8(p) for p in parts])
     return TILESF, tilesf(parts)
 
 

@@ -90,7 +90,8 @@ def test_the_tiles_hold_each_type_as_read(gguf_types: dict[str, Path]) -> None:
     import torch
 
     expect = {"Q4_0": quant.TILES4, "Q4_1": quant.TILES4, "Q8_0": quant.TILES8}
-    expect |= {"Q6_K": quant.TILES8, "F16": quant.TILESF, "BF16": quant.TILESF}
+    expect |= {"Q6_K": quant.TILES8K, "Q4_K_M": quant.TILES4K, "F16": quant.TILESF}
+    expect |= {"BF16": quant.TILESF}
     for kind, tiles in expect.items():
         _, tensors = read_gguf(gguf_types[kind])
         got, _ = quant.tiles([tensors["1.gate"], tensors["1.up"]])

@@ -35,6 +35,17 @@ def rounded(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return (q * d[..., None].astype(np.float64)).reshape(x.shape)
 
 
+def rounded_k(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Each row rounded to 8 bits per 256 as llama.cpp's Q8_K rounds it (for the K-quants)."""
+    g = x.reshape(x.shape[0], -1, 256)
+    at = np.abs(g).argmax(-1)
+    top = np.take_along_axis(g, at[..., None], -1)[..., 0]
+    inv = (np.float32(-127) / top).astype(np.float32)
+    d = (np.float32(1) / inv).astype(np.float32)
+    q = np.minimum(np.rint(g * inv[..., None]), 127)
+    return (q * d[..., None].astype(np.float64)).reshape(x.shape)
+
+
 def run(x: np.ndarray[Any, Any], kind: int, *held: torch.Tensor) -> np.ndarray[Any, Any]:
     out = torch.ops.samchat_flat.linear(torch.from_numpy(x), kind, *held)
     return np.asarray(out.numpy())
@@ -54,7 +65,8 @@ def check(path: Path) -> list[str]:
         s, z = held.get("ts", torch.empty(0)), held.get("tz", torch.empty(0))
         x = rng.standard_normal((7, w.shape[1])).astype(np.float32)
         y = run(x, kind, q, s, z)
-        xs = x.astype(np.float64) if kind == quant.TILESF else rounded(x)
+        k256 = kind in (quant.TILES4K, quant.TILES8K)
+        xs = x.astype(np.float64) if kind == quant.TILESF else (rounded_k if k256 else rounded)(x)
         wd = w.dequantize().astype(np.float64)
         ref, size = xs @ wd.T, np.abs(xs) @ np.abs(wd).T
         err = float(np.max(np.abs(y - ref) / np.maximum(size, 1e-30)))

@@ -61,7 +61,16 @@ inline float lane_sum(const float* acc) {
 }
 
 // How a linear's weights are held: torch's packed kernels, or tiles (tiles.h).
-enum Kind : int64_t { TORCH_INT4 = 0, TORCH_INT8 = 1, TILES4 = 2, TILES8 = 3, TILESF = 4 };
+// The K kinds round their inputs per 256, as llama.cpp does for the K-quants.
+enum Kind : int64_t {
+  TORCH_INT4 = 0,
+  TORCH_INT8 = 1,
+  TILES4 = 2,
+  TILES8 = 3,
+  TILESF = 4,
+  TILES4K = 5,
+  TILES8K = 6
+};
 
 struct Lin {
   Kind kind;
@@ -99,6 +108,10 @@ at::Tensor linear(const Lin& l, const at::Tensor& x) {
       return tiles::linear(tiles::HELD4, x, l.a, l.b, l.c);
     case TILES8:
       return tiles::linear(tiles::HELD8, x, l.a, l.b, l.c);
+    case TILES4K:
+      return tiles::linear(tiles::HELD4, x, l.a, l.b, l.c, true);
+    case TILES8K:
+      return tiles::linear(tiles::HELD8, x, l.a, l.b, l.c, true);
     default:
       return tiles::linear(tiles::HELDF, x, l.a, l.b, l.c);
   }
@@ -409,10 +422,10 @@ at::Tensor flat_forward(int64_t handle, const at::Tensor& ids, const at::Tensor&
   return linear(m.lins[m.layers * 4], hl);
 }
 
-// One tiled linear alone (tests and measurements): kind TILES4, TILES8 or TILESF.
+// One tiled linear alone (tests and measurements): a tile kind, TILES4 .. TILES8K.
 at::Tensor flat_linear(const at::Tensor& x, int64_t kind, const at::Tensor& q,
                        const at::Tensor& s, const at::Tensor& z) {
-  TORCH_CHECK(kind >= TILES4 && kind <= TILESF, "no tiles of kind ", kind);
+  TORCH_CHECK(kind >= TILES4 && kind <= TILES8K, "no tiles of kind ", kind);
   return linear(Lin{static_cast<Kind>(kind), q, s, z}, x.contiguous());
 }
 

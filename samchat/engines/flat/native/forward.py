@@ -14,7 +14,7 @@ from samchat.engines.flat.shape import LlamaShape
 _NONE = torch.empty(0, dtype=torch.long)
 _LINEARS = ("qkv", "o", "gu", "down")
 # How each linear's weights are held (forward.cpp's Kind): torch's kernels, or tiles (the tile
-# kinds are quant.py's TILES4, TILES8 and TILESF).
+# kinds are quant.py's TILES4, TILES8, TILESF, TILES4K and TILES8K).
 TORCH_INT4, TORCH_INT8 = 0, 1
 
 

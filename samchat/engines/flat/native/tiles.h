@@ -3,7 +3,7 @@
 // llama.cpp dequantizes; what differs by kind is how a row's products are summed.
 //
 // Quantized tiles, as llama.cpp computes them: each row's inputs are rounded to 8 bits per
-// group of 32 (scale dx), and a group's products are summed in integers, four at a time (VNNI
+// group of 32, or of 256 for the K-quants (scale dx), and a group's products are summed in integers, four at a time (VNNI
 // where the CPU has it), which is exact in any order. Then, per group of weights, y += s * dx *
 // sum(q * xq) + z * dx * sum(xq) in float, in K order, for each row alone. So a row's result is
 // the same whatever the number of rows, the tile or the thread, and extra rows cost only their
@@ -299,40 +299,58 @@ inline void span(Held held, int elem, const uint8_t* q, const float* s, const fl
   }
 }
 
-// Each row's inputs rounded to 8 bits per group of 32 (as llama.cpp's Q8_0 activations).
-inline void quantize_rows(const float* x, int64_t n, int64_t K, int8_t* xq, float* dx, float* sx,
-                          int32_t* x16) {
-  const int64_t G = K / 32;
+inline float nearest(float t) { return (t + 12582912.0f) - 12582912.0f; }  // ties to even
+
+// Each row's inputs rounded to 8 bits as llama.cpp rounds them for the weights' type: per 32
+// with d = amax / 127 (its Q8_0 and Q8_1, for Q4_0 to Q8_0), or with `k256` per 256 with
+// d = 1 / (-127 / max), max the input of largest magnitude (its Q8_K, for the K-quants).
+// dx holds each group of 32's d.
+inline void quantize_rows(const float* x, int64_t n, int64_t K, bool k256, int8_t* xq,
+                          float* dx, float* sx, int32_t* x16) {
+  const int64_t G = K / 32, span = k256 ? 256 : 32;
   for (int64_t r = 0; r < n; ++r)
-    for (int64_t g = 0; g < G; ++g) {
-      const float* v = x + r * K + g * 32;
-      float amax = 0.0f;
-      for (int i = 0; i < 32; ++i) {
+    for (int64_t b = 0; b < K / span; ++b) {
+      const float* v = x + r * K + b * span;
+      float amax = 0.0f, max = 0.0f;
+      for (int64_t i = 0; i < span; ++i) {
         const float a = v[i] < 0 ? -v[i] : v[i];
-        amax = a > amax ? a : amax;
+        if (a > amax) {
+          amax = a;
+          max = v[i];
+        }
       }
-      const float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
-      int32_t half[2] = {0, 0};
-      int8_t* o = xq + r * K + g * 32;
-      for (int i = 0; i < 32; ++i) {
-        const float t = v[i] * inv;
-        const float rounded = (t + 12582912.0f) - 12582912.0f;  // to nearest, ties to even
-        o[i] = static_cast<int8_t>(static_cast<int32_t>(rounded));
-        half[i / 16] += o[i];
+      float d, inv;
+      if (k256) {
+        inv = amax > 0 ? -127.0f / max : 0.0f;
+        d = amax > 0 ? 1.0f / inv : 0.0f;
+      } else {
+        d = amax / 127.0f;
+        inv = amax > 0 ? 127.0f / amax : 0.0f;
       }
-      dx[r * G + g] = d;
-      sx[r * G + g] = d * static_cast<float>(half[0] + half[1]);
-      x16[(r * G + g) * 2] = half[0];
-      x16[(r * G + g) * 2 + 1] = half[1];
+      int8_t* o = xq + r * K + b * span;
+      for (int64_t i = 0; i < span; ++i) {
+        const float q = nearest(v[i] * inv);
+        o[i] = static_cast<int8_t>(q > 127.0f ? 127 : static_cast<int32_t>(q));
+      }
+      for (int64_t g = b * span / 32; g < (b + 1) * span / 32; ++g) {
+        int32_t half[2] = {0, 0};
+        for (int i = 0; i < 32; ++i) half[i / 16] += xq[r * K + g * 32 + i];
+        dx[r * G + g] = d;
+        sx[r * G + g] = d * static_cast<float>(half[0] + half[1]);
+        x16[(r * G + g) * 2] = half[0];
+        x16[(r * G + g) * 2 + 1] = half[1];
+      }
     }
 }
 
 // y = x @ W.T for x (n, K) float32. held: HELD4 (q = t4, s, z), HELD8 (q = t8, s, z or an
-// empty z) or HELDF (q = tf of float32, float16 or bfloat16; s and z unused).
+// empty z) or HELDF (q = tf of float32, float16 or bfloat16; s and z unused); k256: inputs
+// rounded per 256 (quantize_rows).
 inline at::Tensor linear(Held held, const at::Tensor& x, const at::Tensor& q, const at::Tensor& s,
-                         const at::Tensor& z) {
+                         const at::Tensor& z, bool k256 = false) {
   const int64_t n = x.size(0), K = x.size(1), blocks = q.size(0), O = blocks * 16;
-  TORCH_CHECK(K % 32 == 0, "a tiled linear takes inputs in groups of 32, not ", K);
+  TORCH_CHECK(K % (k256 ? 256 : 32) == 0, "a tiled linear takes inputs in groups of ",
+              k256 ? 256 : 32, ", not ", K);
   int elem = F32;
   int64_t per_byte = 1;  // bytes of q per input and output
   if (held == HELD4) {
@@ -366,8 +384,8 @@ inline at::Tensor linear(Held held, const at::Tensor& x, const at::Tensor& q, co
     dx = at::empty({n, K / 32}, at::kFloat);
     sx = at::empty({n, K / 32}, at::kFloat);
     x16 = at::empty({n, K / 16}, at::kInt);
-    quantize_rows(xp, n, K, xq.data_ptr<int8_t>(), dx.data_ptr<float>(), sx.data_ptr<float>(),
-                  x16.data_ptr<int32_t>());
+    quantize_rows(xp, n, K, k256, xq.data_ptr<int8_t>(), dx.data_ptr<float>(),
+                  sx.data_ptr<float>(), x16.data_ptr<int32_t>());
     x8 = Rows8{xq.data_ptr<int8_t>(), dx.data_ptr<float>(), sx.data_ptr<float>(),
                x16.data_ptr<int32_t>()};
   }
