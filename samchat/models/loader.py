@@ -142,7 +142,8 @@ def _refuse_before_torch(spec: ModelSpec) -> None:
         _refuse_missing_path(source)
         if _offline() and not Path(source).expanduser().exists():
             _offline_snapshot(source)
-    for kind in KINDS:
+    engine, _ = resolve(spec.engine, spec.dtype)
+    for kind in sorted(KINDS, key=lambda k: k.name != engine):  # the engine that runs it first
         kind.check_options(spec)
 
 
