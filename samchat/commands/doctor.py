@@ -165,7 +165,7 @@ def _packed_rows(models: Path) -> list[tuple[str, str]]:
 
     kept = sorted(p.name for p in (models / "packed").glob("*.safetensors"))
     cap = torch.backends.cpu.get_cpu_capability()
-    from samchat.engines.torch.native import build
+    from samchat.engines.flat.native import build
 
     rows = [("torch int4/int8", f"weight-only kernels for {cap} (--dtype int4, --dtype int8)")]
     native = build.library_path(models)

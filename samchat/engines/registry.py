@@ -145,7 +145,7 @@ TORCH = EngineKind(
     dtypes=("float32", "float16", "bfloat16", "int4", "int8", "int4-requantized"),
     # Packed int4/int8 weights run on the lean forward (lean_engine.py).
     opener="samchat.engines.torch.engine:open_engine",
-    build="samchat.engines.torch.native:expected_forward",
+    build="samchat.engines.flat.native:expected_forward",
 )
 LLAMACPP = EngineKind(
     name="llamacpp",

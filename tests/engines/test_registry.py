@@ -49,9 +49,9 @@ def test_every_kind_names_an_engine_that_opens() -> None:
 def test_the_torch_dtypes_name_its_packed_formats() -> None:
     """The registry and the option checks name the int4/int8 formats without importing torch;
     quant.py defines them."""
-    from samchat.engines.torch.exactness import REQUANTIZED
-    from samchat.engines.torch.packed_loading import PACKED_DTYPES
-    from samchat.engines.torch.quant import FORMATS
+    from samchat.engines.flat.exactness import REQUANTIZED
+    from samchat.engines.flat.loading import PACKED_DTYPES
+    from samchat.engines.flat.quant import FORMATS
 
     assert (*FORMATS, REQUANTIZED) == PACKED_DTYPES and set(PACKED_DTYPES) <= set(DEFAULT.dtypes)
 

@@ -291,10 +291,10 @@ class TorchMeter:
 def open_engine(lm: TorchModel, cache_dir: Path | None = None) -> Engine:
     """The torch engine for lm: the lean forward for packed int4/int8 weights, else the
     Hugging Face model's own."""
-    from samchat.engines.torch.lean import LeanModel
+    from samchat.engines.flat.forward import LeanModel
 
     if isinstance(lm.model, LeanModel):
-        from samchat.engines.torch.lean_engine import LeanEngine
+        from samchat.engines.flat.engine import LeanEngine
 
         return LeanEngine(lm, cache_dir=cache_dir)
     return TorchEngine(lm, cache_dir=cache_dir)

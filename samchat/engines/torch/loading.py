@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from samchat.engines.torch.packed_loading import (
+from samchat.engines.flat.loading import (
     check_packed_options,
     check_packed_source,
     is_packed,

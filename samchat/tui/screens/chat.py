@@ -21,7 +21,7 @@ from samchat.tui.screens.documents import ChatDocuments
 from samchat.tui.status_line import status_line
 from samchat.tui.widgets.chat_view import ChatView
 from samchat.tui.widgets.conversation import Conversation
-from samchat.tui.widgets.prompt import PromptArea
+from samchat.tui.widgets.prompt_area import PromptArea
 from samchat.tui.widgets.reply_controller import ReplyController
 from samchat.tui.widgets.sidebar import Sidebar
 

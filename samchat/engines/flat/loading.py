@@ -50,7 +50,7 @@ def load_packed(request: WeightsRequest) -> Weights:
     in the model cache."""
     import torch
 
-    from samchat.engines.torch.packed import load_lean
+    from samchat.engines.flat.packed import load_lean
 
     files, fmt = request.files, request.options.dtype
     request.say(f"loading weights of {files.name} ({fmt} on cpu)")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from samchat.engines.torch.native import build
+from samchat.engines.flat.native import build
 
 
 def test_a_failing_compiler_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,7 +57,7 @@ def test_a_damaged_library_is_compiled_again(tmp_path: Path) -> None:
     path.parent.mkdir(parents=True)
     path.write_bytes(b"not a library")
     code = (
-        "import sys; from pathlib import Path; from samchat.engines.torch.native import build;"
+        "import sys; from pathlib import Path; from samchat.engines.flat.native import build;"
         "notes = []; why = build.load(Path(sys.argv[1]), notes.append);"
         "print(why); print(notes)"
     )
@@ -92,7 +92,7 @@ def test_rows_are_exact_on_each_instruction_set(tmp_path: Path, arch: str) -> No
     (cache / "packed").symlink_to(model_cache_dir() / "packed", target_is_directory=True)
     env = {**os.environ, "SAMCHAT_MODEL_CACHE": str(cache), build.ARCH_ENV: arch}
     done = subprocess.run(
-        [sys.executable, "-m", "tests.engines.torch.rows_child"],
+        [sys.executable, "-m", "tests.engines.flat.rows_child"],
         capture_output=True,
         text=True,
         timeout=600,

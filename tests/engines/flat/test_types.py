@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from samchat.engines.flat import packed, quant
+from samchat.engines.flat.engine import LeanEngine
+from samchat.engines.flat.exactness import REQUANTIZED, NotExactError
+from samchat.engines.flat.forward import LeanModel
+from samchat.engines.flat.gguf_weights import EXACT_TYPES, decode, read_gguf
+from samchat.engines.flat.native import build
 from samchat.engines.layout import TreeLayout
-from samchat.engines.torch import packed, quant
-from samchat.engines.torch.exactness import REQUANTIZED, NotExactError
-from samchat.engines.torch.gguf_weights import EXACT_TYPES, decode, read_gguf
-from samchat.engines.torch.lean import LeanModel
-from samchat.engines.torch.lean_engine import LeanEngine
-from samchat.engines.torch.native import build
 
 VOCAB = 2048  # the tiny files' tokenizer: the bundled one's first tokens
 # Logits of the flat engine and llama.cpp on the same file: both round activations to 8 bits
@@ -183,7 +183,7 @@ def test_tiles_agree_with_the_dequantized_weights_in_float64(
     env = {**os.environ, "SAMCHAT_MODEL_CACHE": str(tmp_path), build.ARCH_ENV: arch}
     files = [str(p) for p in gguf_types.values()]
     done = subprocess.run(
-        [sys.executable, "-m", "tests.engines.torch.tiles_child", *files],
+        [sys.executable, "-m", "tests.engines.flat.tiles_child", *files],
         capture_output=True,
         text=True,
         timeout=600,
@@ -226,7 +226,7 @@ def test_a_type_not_computed_exactly_is_refused_by_name(
 ) -> None:
     """IQ4_NL is not read exactly: the load names the type and the tensor, and nothing is
     requantized unless int4-requantized is asked for (then shown as such)."""
-    from samchat.engines.torch.packed_loading import LABELS
+    from samchat.engines.flat.loading import LABELS
 
     path = _with_type(gguf_types["F32"], tmp_path / "iq.gguf", "blk.1.ffn_up.weight", "IQ4_NL")
     with pytest.raises(NotExactError) as caught:

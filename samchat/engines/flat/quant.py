@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from samchat.engines.torch.gguf_weights import (
+from samchat.engines.flat.gguf_weights import (
     BLOCK,
     GROUP8,
     Blocks4,
@@ -27,7 +27,7 @@ from samchat.errors import ModelLoadError
 
 FORMATS = ("int4", "int8")
 TILE = 16  # outputs per tile of the native forward's linears (native/tiles.h)
-# How the native forward holds a linear (lean.cpp's Kind): 4-bit, 8-bit or float tiles.
+# How the native forward holds a linear (forward.cpp's Kind): 4-bit, 8-bit or float tiles.
 TILES4, TILES8, TILESF = 2, 3, 4
 
 

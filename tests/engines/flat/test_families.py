@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from samchat.engines.flat.engine import LeanEngine
+from samchat.engines.flat.gguf_weights import read_gguf
 from samchat.engines.layout import TreeLayout
-from samchat.engines.torch.gguf_weights import read_gguf
-from samchat.engines.torch.lean_engine import LeanEngine
 from samchat.errors import InexactError
 from samchat.models.default import bundled_gguf
 from samchat.models.loader import ModelSpec, load_model
@@ -163,7 +163,7 @@ def test_the_native_forward_checks_its_inputs(tiny_ggufs: dict[str, Path]) -> No
     forward reads anything (the model works on after each)."""
     import torch
 
-    from samchat.engines.torch.lean import LeanCache, run
+    from samchat.engines.flat.forward import LeanCache, run
 
     lm = _flat(tiny_ggufs["llama"])
     model = lm.model

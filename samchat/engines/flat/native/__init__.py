@@ -1,4 +1,4 @@
-"""The lean forward's native core: lean.cpp, its build (build.py) and its call (forward.py).
+"""The lean forward's native core: forward.cpp, its build (build.py) and its call (forward.py).
 
 Importing this package imports no torch: the engine choice asks it which forward would run."""
 

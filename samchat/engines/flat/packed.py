@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from samchat.engines.torch.exactness import REQUANTIZED
-from samchat.engines.torch.gguf_weights import Tensor, dequantized, kind_of, read_gguf
-from samchat.engines.torch.lean import LeanModel
-from samchat.engines.torch.quant import FORMATS, Embedding, output_tiles, pack, pack8, tiles
-from samchat.engines.torch.shape import LlamaShape
+from samchat.engines.flat.exactness import REQUANTIZED
+from samchat.engines.flat.forward import LeanModel
+from samchat.engines.flat.gguf_weights import Tensor, dequantized, kind_of, read_gguf
+from samchat.engines.flat.quant import FORMATS, Embedding, output_tiles, pack, pack8, tiles
+from samchat.engines.flat.shape import LlamaShape
 from samchat.errors import ModelLoadError
 
 Say = Callable[[str], None]

@@ -1,8 +1,8 @@
-"""The lean forward's native core (lean.cpp): compiled for this CPU and this torch once, kept
+"""The lean forward's native core (forward.cpp): compiled for this CPU and this torch once, kept
 beside the packed weights, and loaded as torch ops (torch.ops.samchat_lean).
 
 Without a C++ compiler the engine runs the Python lean forward instead (slower, and exact
-too). `python -m samchat.engines.torch.native.build DIR` builds it ahead of time, as `make setup`
+too). `python -m samchat.engines.flat.native.build DIR` builds it ahead of time, as `make setup`
 does."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from samchat.engines.torch.native import SWITCH
+from samchat.engines.flat.native import SWITCH
 
-SOURCE = Path(__file__).with_name("lean.cpp")
+SOURCE = Path(__file__).with_name("forward.cpp")
 HEADERS = (Path(__file__).with_name("tiles.h"),)
 # No contraction into fused multiply-adds: a vector loop and its remainder then compute alike.
 FLAGS = ("-O3", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
@@ -150,7 +150,7 @@ def load(cache_dir: Path | None, say: Callable[[str], None] | None = None) -> st
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m samchat.engines.torch.native.build CACHE_DIR", file=sys.stderr)
+        print("usage: python -m samchat.engines.flat.native.build CACHE_DIR", file=sys.stderr)
         return 2
     try:
         path = build(Path(argv[0]))

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from samchat.engines.torch import quant
-from samchat.engines.torch.gguf_weights import decode
-from samchat.engines.torch.native import build
+from samchat.engines.flat import quant
+from samchat.engines.flat.gguf_weights import decode
+from samchat.engines.flat.native import build
 
 # float32 sums of a few hundred terms, in a fixed order: about 1e-7 relative here; a wrong
 # nibble, scale or offset moves a result by far more.

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from samchat.engines.torch.exactness import NotExactError
-from samchat.engines.torch.shape import LlamaShape
+from samchat.engines.flat.exactness import NotExactError
+from samchat.engines.flat.shape import LlamaShape
 from samchat.errors import InexactError, ModelLoadError
 
 BLOCK = 32  # values per 4-bit group, and per group of activations rounded to 8 bits

@@ -9,11 +9,11 @@ import contextlib
 
 import torch
 
-from samchat.engines.torch.shape import LlamaShape
+from samchat.engines.flat.shape import LlamaShape
 
 _NONE = torch.empty(0, dtype=torch.long)
 _LINEARS = ("qkv", "o", "gu", "down")
-# How each linear's weights are held (lean.cpp's Kind): torch's kernels, or tiles (the tile
+# How each linear's weights are held (forward.cpp's Kind): torch's kernels, or tiles (the tile
 # kinds are quant.py's TILES4, TILES8 and TILESF).
 TORCH_INT4, TORCH_INT8 = 0, 1
 

@@ -19,12 +19,12 @@ import torch
 from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepStats
 from samchat.engines.base import Logits
 from samchat.engines.costs import CostCurve
+from samchat.engines.flat import packed
+from samchat.engines.flat.engine import LeanEngine
+from samchat.engines.flat.forward import TAIL
+from samchat.engines.flat.gguf_weights import Blocks4, Blocks8, decode
+from samchat.engines.flat.quant import Linear, pack4, pack8
 from samchat.engines.layout import TreeLayout
-from samchat.engines.torch import packed
-from samchat.engines.torch.gguf_weights import Blocks4, Blocks8, decode
-from samchat.engines.torch.lean import TAIL
-from samchat.engines.torch.lean_engine import LeanEngine
-from samchat.engines.torch.quant import Linear, pack4, pack8
 from samchat.errors import ModelLoadError
 from samchat.models.default import bundled_gguf
 from samchat.models.loader import ModelSpec, load_model
@@ -351,8 +351,8 @@ def test_second_start_maps_the_kept_weights(tmp_path: Path, monkeypatch: Any) ->
 def test_requantizing_is_asked_for_and_named(tmp_path: Path) -> None:
     """--dtype int4 holds the file's own numbers (the bundled Q4_1 and Q8_0); int4-requantized
     quantizes every linear to 4 bits and is named so wherever the dtype is shown."""
-    from samchat.engines.torch.native.forward import TORCH_INT8
-    from samchat.engines.torch.quant import TILES4, TILES8
+    from samchat.engines.flat.native.forward import TORCH_INT8
+    from samchat.engines.flat.quant import TILES4, TILES8
 
     own = load_model(ModelSpec(engine="torch", dtype="int4"))
     assert own.dtype == "int4" and "Q4_1, Q8_0 as in the file" in own.model.about
@@ -375,7 +375,7 @@ def test_bad_requests_are_one_line_errors() -> None:
 def test_float_weights_requantize_to_the_gguf_grid(gguf_tensors: dict[str, Any]) -> None:
     """Group-32 quantization of float weights (what a Hugging Face checkpoint or an F16 GGUF
     gets) finds the Q4_1 grid again from the weights' dequantized values."""
-    from samchat.engines.torch.quant import to_blocks4
+    from samchat.engines.flat.quant import to_blocks4
 
     w = decode(gguf_tensors["blk.7.attn_q.weight"])
     assert isinstance(w, Blocks4)

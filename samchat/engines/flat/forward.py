@@ -27,11 +27,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from samchat.engines.torch.quant import Embedding, Linear
-from samchat.engines.torch.shape import LlamaShape
+from samchat.engines.flat.quant import Embedding, Linear
+from samchat.engines.flat.shape import LlamaShape
 
 if TYPE_CHECKING:
-    from samchat.engines.torch.native.forward import NativeModel
+    from samchat.engines.flat.native.forward import NativeModel
 
 _LINEARS = ("qkv", "o", "gu", "down")
 TAIL = 64  # keys of a row's tail problem; also the most rows a tree may have
@@ -117,8 +117,8 @@ class LeanModel:
     def go_native(self, cache_dir: Path | None, say: Callable[[str], None]) -> str | None:
         """Hands the tensors to the compiled forward (built first where needed); None when
         it runs from now on, else why it cannot."""
-        from samchat.engines.torch.native import build
-        from samchat.engines.torch.native.forward import NativeModel
+        from samchat.engines.flat.native import build
+        from samchat.engines.flat.native.forward import NativeModel
 
         why = build.load(cache_dir, say)
         if why is not None:

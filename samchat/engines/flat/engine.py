@@ -15,8 +15,8 @@ from samchat.engines.base import Logits
 from samchat.engines.costs.cache import CurveMemo
 from samchat.engines.costs.curve import CostCurve
 from samchat.engines.costs.measurement import measure_engine
-from samchat.engines.torch.lean import TAIL, LeanCache, LeanModel, run
-from samchat.engines.torch.native import forward as native_forward
+from samchat.engines.flat.forward import TAIL, LeanCache, LeanModel, run
+from samchat.engines.flat.native import forward as native_forward
 
 if TYPE_CHECKING:
     from samchat.engines.layout import TreeLayout

@@ -9,8 +9,8 @@ import sys
 
 import numpy as np
 
+from samchat.engines.flat.engine import LeanEngine
 from samchat.engines.layout import TreeLayout
-from samchat.engines.torch.lean_engine import LeanEngine
 from samchat.models import load_model
 from samchat.models.loader import ModelSpec
 
