@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from samchat.engines.memory import available_memory, gib
 from samchat.engines.weights import WeightOptions, Weights, WeightsRequest
-from samchat.errors import ModelLoadError
+from samchat.errors import ModelLoadError, TooLargeError
 
 # quant.FORMATS and exactness.REQUANTIZED, named here as well: the options are checked before
 # torch is imported. int4 holds a GGUF's own numbers; int8 and int4-requantized requantize.
@@ -44,6 +45,24 @@ def check_packed_source(request: WeightsRequest) -> None:
         )
 
 
+def refuse_unless_it_fits(request: WeightsRequest) -> None:
+    """TooLargeError where the load's estimated peak exceeds the memory available (never where
+    either is unknown): the loader then runs the file on llama.cpp, which maps it as it is,
+    instead of packing until the kernel kills the process."""
+    from samchat.engines.flat.packed import load_need
+
+    files, fmt = request.files, request.options.dtype
+    need = load_need(Path(files.location), files.name, fmt, request.cache_dir)
+    room = available_memory()
+    if need is None or room is None or need[0] <= room:
+        return
+    doing = "to pack" if need[1] == "pack" else "to load"
+    raise TooLargeError(
+        f"the flat engine needs about {gib(need[0])} of memory {doing} {files.name} as {fmt}, "
+        f"{gib(room)} available"
+    )
+
+
 def load_packed(request: WeightsRequest) -> Weights:
     """A LLaMA-family model in the weight-only int4/int8 format on the CPU: a GGUF file (the
     bundled default too) or a local Hugging Face directory, packed once for this CPU and kept
@@ -53,6 +72,7 @@ def load_packed(request: WeightsRequest) -> Weights:
     from samchat.engines.flat.packed import load_lean
 
     files, fmt = request.files, request.options.dtype
+    refuse_unless_it_fits(request)
     request.say(f"loading weights of {files.name} ({fmt} on cpu)")
     model = load_lean(Path(files.location), files.name, fmt, request.cache_dir, request.say)
     return Weights(model=model, device=torch.device("cpu"), dtype=LABELS.get(fmt, fmt))

@@ -30,6 +30,12 @@ Say = Callable[[str], None]
 # Bumped when the packed layout or the quantization changes: older files are packed again.
 LAYOUT = "5"
 ALIGN = 64
+# The memory a load takes at its peak beyond the GGUF's: torch, the tokenizer, the Python
+# process and the native forward (the bundled model's load peaked at 1.5 GB, its file 0.1 GB).
+BASE_MEMORY = 1_500_000_000
+# Packing's peak per byte of GGUF, above BASE_MEMORY (docs/benchmarks.md, "Memory": measured
+# on the 1B shape in Q4_K_M and Q4_0, with a margin).
+PACK_PER_BYTE = 12.0
 
 
 def cpu_capability() -> str:
@@ -217,6 +223,22 @@ def _read(path: Path, key: dict[str, str]) -> tuple[LlamaShape, dict[str, torch.
             raise ValueError(f"it was packed for another {k}")
     shape = LlamaShape.from_json(meta["shape"])
     return shape, {k: _aligned(v) for k, v in load_file(str(path)).items()}, meta.get("held", "")
+
+
+def load_need(source: Path, name: str, fmt: str, cache_dir: Path | None) -> tuple[int, str] | None:
+    """The memory the load of `source` in `fmt` takes at its peak, estimated before loading,
+    and what it does ("pack" or "map"); None where it is not estimated (a directory).
+
+    A kept packed file is mapped: the process's own memory, then the file. Packing holds the
+    GGUF's pages, the packed tensors and their serialized copy at once: its peak grows with the
+    GGUF's tensors (the file's size: its metadata is a few MB), PACK_PER_BYTE times over."""
+    if cache_dir is not None:
+        kept = kept_path(cache_dir, name, file_identity(source), fmt)
+        if kept.is_file():
+            return BASE_MEMORY + kept.stat().st_size, "map"
+    if source.is_dir():
+        return None
+    return BASE_MEMORY + int(PACK_PER_BYTE * source.stat().st_size), "pack"
 
 
 def load_lean(
