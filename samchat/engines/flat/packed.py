@@ -30,12 +30,13 @@ Say = Callable[[str], None]
 # Bumped when the packed layout or the quantization changes: older files are packed again.
 LAYOUT = "5"
 ALIGN = 64
-# The memory a load takes at its peak beyond the GGUF's: torch, the tokenizer, the Python
-# process and the native forward (the bundled model's load peaked at 1.5 GB, its file 0.1 GB).
+# A load's peak memory: the process itself (torch, the tokenizer, the native forward) up to
+# BASE_MEMORY, plus a factor of the GGUF's size to pack it, or of the kept file's to map it.
+# The factors are the ones measured on the 1B shape with 15% added (docs/benchmarks.md,
+# "Memory at first load"), so a load refused is one that would have come close.
 BASE_MEMORY = 1_500_000_000
-# Packing's peak per byte of GGUF, above BASE_MEMORY (docs/benchmarks.md, "Memory": measured
-# on the 1B shape in Q4_K_M and Q4_0, with a margin).
-PACK_PER_BYTE = 12.0
+PACK_PER_BYTE = 14.3
+MAP_PER_BYTE = 1.8
 
 
 def cpu_capability() -> str:
@@ -229,13 +230,13 @@ def load_need(source: Path, name: str, fmt: str, cache_dir: Path | None) -> tupl
     """The memory the load of `source` in `fmt` takes at its peak, estimated before loading,
     and what it does ("pack" or "map"); None where it is not estimated (a directory).
 
-    A kept packed file is mapped: the process's own memory, then the file. Packing holds the
-    GGUF's pages, the packed tensors and their serialized copy at once: its peak grows with the
-    GGUF's tensors (the file's size: its metadata is a few MB), PACK_PER_BYTE times over."""
+    Packing holds the GGUF's pages, float32 copies of its widest tensors, the packed tensors
+    and their serialized copy at once: its peak grows with the GGUF's tensors (the file's size:
+    its metadata is a few MB). Mapping a kept packed file reads it and aligns its tensors."""
     if cache_dir is not None:
         kept = kept_path(cache_dir, name, file_identity(source), fmt)
         if kept.is_file():
-            return BASE_MEMORY + kept.stat().st_size, "map"
+            return BASE_MEMORY + int(MAP_PER_BYTE * kept.stat().st_size), "map"
     if source.is_dir():
         return None
     return BASE_MEMORY + int(PACK_PER_BYTE * source.stat().st_size), "pack"
