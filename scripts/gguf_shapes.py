@@ -268,21 +268,19 @@ def needs(shape: Shape, types: Iterable[str]) -> tuple[float, float]:
 
 
 def plan(
-    shapes: Iterable[Shape], types: list[str], out_dir: Path, keep_base: bool
+    shapes: Iterable[Shape], types: list[str], free_disk: int, memory: int | None, where: Path
 ) -> tuple[list[Shape], list[str]]:
-    """The shapes that fit the disk and memory here (one after another: the disk's use adds up,
-    but for the removed bases), and one line for each that does not."""
-    free_disk = shutil.disk_usage(out_dir).free
-    memory = _free_memory()
+    """The shapes that fit `free_disk` bytes in `where` and `memory` bytes available (None:
+    unknown), one after another (the files kept add up; the F16 base is removed after each),
+    and one line for each that does not."""
     chosen: list[Shape] = []
     skipped: list[str] = []
     for shape in shapes:
         disk, mem = needs(shape, types)
-        kept = disk if keep_base else disk - 2.0 * shape.parameters
         if disk > free_disk:
             skipped.append(
                 f"skipped {shape.name}: needs {disk / GB:.1f} GB of disk, "
-                f"{free_disk / GB:.1f} GB free in {out_dir}"
+                f"{free_disk / GB:.1f} GB free in {where}"
             )
         elif memory is not None and mem > memory:
             skipped.append(
@@ -291,7 +289,7 @@ def plan(
             )
         else:
             chosen.append(shape)
-            free_disk -= int(kept)
+            free_disk -= int(disk - 2.0 * shape.parameters)
     return chosen, skipped
 
 
@@ -348,7 +346,9 @@ def main(argv: list[str]) -> int:
         print("error: --threads must be at least 1", file=sys.stderr)
         return 2
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    chosen, skipped = plan((SHAPES[n] for n in names), types, args.out_dir, args.keep_base)
+    free_disk = shutil.disk_usage(args.out_dir).free
+    shapes = [SHAPES[n] for n in names]
+    chosen, skipped = plan(shapes, types, free_disk, _free_memory(), args.out_dir)
     for line in skipped:
         print(line)
     for shape in chosen:
