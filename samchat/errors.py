@@ -12,10 +12,19 @@ class ModelLoadError(SamchatError):
     """A model could not be found, read or loaded."""
 
 
-class InexactError(ModelLoadError):
+class EngineDeclinedError(ModelLoadError):
+    """The engine cannot run this model here, where llama.cpp can. The loader runs the file on
+    llama.cpp instead where samchat chose the engine, and names the problem where the user did."""
+
+
+class InexactError(EngineDeclinedError):
     """An engine cannot compute the model its file defines (a type, tensor, architecture or
-    rope scaling it does not hold exactly). The loader runs the file on llama.cpp instead where
-    samchat chose the engine, and names the problem where the user did."""
+    rope scaling it does not hold exactly)."""
+
+
+class TooLargeError(EngineDeclinedError):
+    """An engine's load of the model would not fit in the memory available (checked before
+    loading, so the kernel never kills the process halfway)."""
 
 
 class IndexCorruptError(SamchatError):

@@ -29,9 +29,12 @@ FAMILIES = ("llama3", "qwen2", "qwen3")
 TINY = ("llama", "llama3", "linear", "yarn", "qwen2", "qwen3")
 
 
-def llama3_factors(head_dim: int, base: float) -> np.ndarray[Any, np.dtype[np.float32]]:
-    """The rope_freqs llama.cpp's converter writes for Llama 3.2's rope scaling."""
-    factor, low, high, old = 32.0, 1.0, 4.0, 8192.0
+def llama3_factors(
+    head_dim: int, base: float, factor: float = 32.0
+) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """The rope_freqs llama.cpp's converter writes for Llama 3's rope scaling: Llama 3.2's
+    factor 32 by default (Llama 3.1's is 8)."""
+    low, high, old = 1.0, 4.0, 8192.0
     out = []
     for i in range(0, head_dim, 2):
         freq = 1.0 / base ** (i / head_dim)

@@ -90,13 +90,14 @@ def write_f32(path: Path, tensors: dict[str, np.ndarray[Any, Any]], meta: dict[s
     return path
 
 
-def quantize(source: Path, target: Path, kind: str) -> Path:
-    """`source` quantized by llama.cpp's own quantizer into `kind` (a key of FTYPES)."""
+def quantize(source: Path, target: Path, kind: str, threads: int = 2) -> Path:
+    """`source` quantized by llama.cpp's own quantizer into `kind` (a key of FTYPES), on
+    `threads` threads (the result is the same on any number)."""
     import llama_cpp
 
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = FTYPES[kind]
-    params.nthread = 2
+    params.nthread = threads
     params.allow_requantize = True
     done = llama_cpp.llama_model_quantize(
         str(source).encode(), str(target).encode(), ctypes.byref(params)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from samchat.engines.registry import GGUF_CPU_CANDIDATES, resolve
-from samchat.errors import InexactError, SamchatError
+from samchat.errors import EngineDeclinedError, SamchatError
 from samchat.models.catalog import is_gguf
 from samchat.models.loader import ModelSpec
 
@@ -184,7 +184,7 @@ def measure(spec: ModelSpec, cache_dir: Path, say: Say) -> list[EngineSpeed]:
             continue
         try:
             speeds.append(_time_steps(candidate, cache_dir, say))
-        except InexactError as exc:  # the flat engine on a file it cannot compute exactly
+        except EngineDeclinedError as exc:  # a file the flat engine cannot compute exactly, or fit
             say(f"{engine}/{dtype}: skipped ({exc})")
     if not speeds:
         raise SamchatError("no engine can run this model here")

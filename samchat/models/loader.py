@@ -21,7 +21,13 @@ from samchat.engines.registry import (
     resolve,
 )
 from samchat.engines.weights import Device, ModelFiles, WeightsRequest
-from samchat.errors import InexactError, ModelLoadError, one_line
+from samchat.errors import (
+    EngineDeclinedError,
+    InexactError,
+    ModelLoadError,
+    TooLargeError,
+    one_line,
+)
 from samchat.models.catalog import (
     OLLAMA_PREFIX,
     cached_snapshot,
@@ -335,20 +341,25 @@ def load_model(
     """Load a model ready for decoding, or raise ModelLoadError with a one-line reason.
     recent: the list a GGUF file the user named is added to (`catalog.recent_file`).
 
-    Where the engine cannot compute the file's model exactly (InexactError): if samchat chose
-    it, a one-line notice and llama.cpp runs the file; if the user did, the error names the
-    problem and `--engine llamacpp`."""
+    Where the engine cannot run the file here (EngineDeclinedError: it cannot compute the
+    file's model exactly, or its load would not fit in memory): if samchat chose it, a one-line
+    notice and llama.cpp runs the file; if the user did, the error names the problem and
+    `--engine llamacpp`."""
     spec = spec or ModelSpec()
     say = progress or _noop
     try:
         return _load(spec, say, recent)
-    except InexactError as exc:
+    except EngineDeclinedError as exc:
         native = native_gguf_kind()
         if native is None or native.name == spec.engine:
             raise
         if not spec.auto_engine or native.unavailable_reason():
             text, remedy = str(exc), f"--engine {native.name}"
-            raise InexactError(text if remedy in text else f"{text}; {remedy} runs it") from None
+            # The same class (the engine's own subclasses take other arguments).
+            same = next((c for c in (InexactError, TooLargeError) if isinstance(exc, c)), None)
+            raise (same or EngineDeclinedError)(
+                text if remedy in text else f"{text}; {remedy} runs it"
+            ) from None
         say(f"{one_line(exc)}: running it on {native.label}")
         fallback = replace(spec, engine=native.name, dtype=AUTO, auto_engine=False)
         return _load(fallback, say, recent)

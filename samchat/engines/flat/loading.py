@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from samchat.engines.memory import available_memory, gib
 from samchat.engines.weights import ModelFiles, WeightOptions, Weights, WeightsRequest
-from samchat.errors import ModelLoadError
+from samchat.errors import ModelLoadError, TooLargeError
 
 # The registry's FLAT.dtypes, quant.FORMATS and exactness.REQUANTIZED, named here as well: the
 # options are checked before torch is imported. int4 holds a GGUF's own numbers; int8 and
@@ -52,6 +53,24 @@ def prepare(request: WeightsRequest) -> ModelFiles:
     return files
 
 
+def refuse_unless_it_fits(request: WeightsRequest) -> None:
+    """TooLargeError where the load's estimated peak exceeds the memory available (never where
+    either is unknown): the loader then runs the file on llama.cpp, which maps it as it is,
+    instead of packing until the kernel kills the process."""
+    from samchat.engines.flat.packed import load_need
+
+    files, fmt = request.files, _format(request.options)
+    need = load_need(Path(files.location), files.name, fmt, request.cache_dir)
+    room = available_memory()
+    if need is None or room is None or need[0] <= room:
+        return
+    doing = "to pack" if need[1] == "pack" else "to load"
+    raise TooLargeError(
+        f"the flat engine needs about {gib(need[0])} of memory {doing} {files.name} as {fmt}, "
+        f"{gib(room)} available"
+    )
+
+
 def load_weights(request: WeightsRequest) -> Weights:
     """A llama, qwen2 or qwen3 model in a weight-only int4/int8 format on the CPU: a GGUF file
     (the bundled default too) or a local Hugging Face directory, packed once for this CPU and
@@ -61,6 +80,7 @@ def load_weights(request: WeightsRequest) -> Weights:
     from samchat.engines.flat.packed import load_flat
 
     files, fmt = request.files, _format(request.options)
+    refuse_unless_it_fits(request)
     request.say(f"loading weights of {files.name} on the flat engine ({fmt} on cpu)")
     model = load_flat(Path(files.location), files.name, fmt, request.cache_dir, request.say)
     return Weights(model=model, device=torch.device("cpu"), dtype=LABELS.get(fmt, fmt))

@@ -30,6 +30,13 @@ Say = Callable[[str], None]
 # Bumped when the packed layout or the quantization changes: older files are packed again.
 LAYOUT = "6"
 ALIGN = 64
+# A load's peak memory: the process itself (torch, the tokenizer, the native forward) up to
+# BASE_MEMORY, plus a factor of the GGUF's size to pack it, or of the kept file's to map it.
+# The factors are the ones measured on the 1B shape with 15% added (docs/benchmarks.md,
+# "Memory at first load"), so a load refused is one that would have come close.
+BASE_MEMORY = 1_500_000_000
+PACK_PER_BYTE = 14.3
+MAP_PER_BYTE = 1.8
 
 
 def cpu_capability() -> str:
@@ -217,6 +224,22 @@ def _read(path: Path, key: dict[str, str]) -> tuple[LlamaShape, dict[str, torch.
             raise ValueError(f"it was packed for another {k}")
     shape = LlamaShape.from_json(meta["shape"])
     return shape, {k: _aligned(v) for k, v in load_file(str(path)).items()}, meta.get("held", "")
+
+
+def load_need(source: Path, name: str, fmt: str, cache_dir: Path | None) -> tuple[int, str] | None:
+    """The memory the load of `source` in `fmt` takes at its peak, estimated before loading,
+    and what it does ("pack" or "map"); None where it is not estimated (a directory).
+
+    Packing holds the GGUF's pages, float32 copies of its widest tensors, the packed tensors
+    and their serialized copy at once: its peak grows with the GGUF's tensors (the file's size:
+    its metadata is a few MB). Mapping a kept packed file reads it and aligns its tensors."""
+    if cache_dir is not None:
+        kept = kept_path(cache_dir, name, file_identity(source), fmt)
+        if kept.is_file():
+            return BASE_MEMORY + int(MAP_PER_BYTE * kept.stat().st_size), "map"
+    if source.is_dir():
+        return None
+    return BASE_MEMORY + int(PACK_PER_BYTE * source.stat().st_size), "pack"
 
 
 def load_flat(

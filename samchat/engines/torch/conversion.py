@@ -5,7 +5,6 @@ that the float32 weights fit in memory."""
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -13,6 +12,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from samchat.engines.memory import available_memory, gib
 from samchat.engines.weights import Say, quiet_transformers
 from samchat.errors import ModelLoadError, one_line
 
@@ -30,52 +30,14 @@ def gguf_parameters(gguf: Path) -> int:
         ) from exc
 
 
-def _cgroup_room() -> int | None:
-    """What the cgroup (v2) this process runs in still lets it allocate, or None if unlimited."""
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit == "max":
-            return None
-        used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
-        return max(0, int(limit) - used)
-    except (OSError, ValueError):
-        return None
-
-
-def available_memory() -> int | None:
-    """Bytes of memory this process can still use (MemAvailable, capped by a container's
-    limit), or None when the system does not say."""
-    room: int | None = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                room = int(line.split()[1]) * 1024
-                break
-    except (OSError, ValueError, IndexError):
-        room = None
-    if room is None:
-        try:
-            room = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (AttributeError, ValueError, OSError):
-            room = None
-    cgroup = _cgroup_room()
-    if cgroup is not None:
-        room = cgroup if room is None else min(room, cgroup)
-    return room
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB"
-
-
 def check_conversion_memory(gguf: Path, name: str) -> None:
     """transformers de-quantises a GGUF to float32: refuse before starting when that cannot fit."""
     need = gguf_parameters(gguf) * 4
     room = available_memory()
     if room is not None and need > room:
         raise ModelLoadError(
-            f"{name} needs about {_gib(need)} of memory as float32 for the torch engine, "
-            f"but only {_gib(room)} is available; run it with --engine llamacpp"
+            f"{name} needs about {gib(need)} of memory as float32 for the torch engine, "
+            f"but only {gib(room)} is available; run it with --engine llamacpp"
         )
 
 
