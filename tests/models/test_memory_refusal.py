@@ -15,7 +15,7 @@ from samchat.errors import TooLargeError
 from samchat.models.loader import ModelSpec, load_model
 
 pytestmark = pytest.mark.model
-FLAT = ModelSpec(engine="torch", dtype="int4")
+FLAT = ModelSpec(engine="flat", dtype="int4")
 
 
 @dataclass(frozen=True)
@@ -65,5 +65,5 @@ def test_with_room_or_no_reading_it_loads_on_the_flat_engine(
         lm = load_model(replace(FLAT, auto_engine=True), said.append)
     finally:
         memory.use_reading(previous)
-    assert lm.engine == "torch" and lm.dtype == "int4"
+    assert lm.engine == "flat" and lm.dtype == "int4"
     assert not [s for s in said if "running it on" in s]
