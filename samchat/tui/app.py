@@ -200,8 +200,7 @@ class SamchatApp(App[None]):
     def exit(
         self, result: None = None, return_code: int = 0, message: RenderableType | None = None
     ) -> None:
-        """Quit at once: the reply and the timing are told to stop before Textual closes the
-        widgets, which waits for their workers' threads."""
+        """Quit at once: reply and timing stop before Textual waits for the workers' threads."""
         self.chat.conversation.replies.stop_all()
         super().exit(result, return_code, message)
 
@@ -280,8 +279,7 @@ class SamchatApp(App[None]):
     def _generator(
         self, lm: Model, decoding: DecodingConfig, indexer: BackgroundIndexer | None
     ) -> Replies:
-        """Replies of lm drafting on the kept cost curve (the first reply of a model whose
-        curve is not kept yet decodes plainly, and the machine is timed after it)."""
+        """Replies of lm on the kept cost curve (none kept: plain, then the machine is timed)."""
         return make_generator(
             lm, decoding, indexer, self.cost_curve, self.cache_dir, measure_first=False
         )
