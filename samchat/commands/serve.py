@@ -93,16 +93,22 @@ def run(args: argparse.Namespace) -> int:
             db_path = store.path
         # The engine and format measured fastest here (samchat bench engines), where left to auto.
         spec = preferred(spec_from_args(args, config), paths.cache_dir())
-        # Loaded, and later decoded, on one engine thread (engine_thread.py says why).
+        # Loaded, and later decoded, on one engine thread (engine_thread.py says why). A Ctrl-C
+        # meanwhile ends the process at once: the load goes on in C on that thread.
         ENGINE_THREAD.start()
-        lm = ENGINE_THREAD.run(
-            partial(
-                load_model,
-                spec,
-                progress=lambda msg: print(f"[{msg}]", file=sys.stderr),
-                recent=recent_file(db_path.parent),
+        try:
+            lm = ENGINE_THREAD.run(
+                partial(
+                    load_model,
+                    spec,
+                    progress=lambda msg: print(f"[{msg}]", file=sys.stderr),
+                    recent=recent_file(db_path.parent),
+                )
             )
-        )
+        except KeyboardInterrupt:
+            interrupts.say_cancelled()
+            interrupts.exit_now(interrupts.EXIT_INTERRUPTED)
+            raise
         options = ServeOptions(args.host, args.port, args.api_key, args.save, decoding)
         stopped = serve(lm, sock, options, db_path, paths.cache_dir())
     finally:
