@@ -128,12 +128,9 @@ async def _app_runs(
     cache_dir: Path,
 ) -> list[Run]:
     """Each question in a new chat of the real app, which loads spec's model as it does at
-    start-up (on the engine measured fastest here, where spec leaves it to auto), its UI thread
-    giving way to the engine as `samchat` sets it."""
+    start-up (on the engine measured fastest here, where spec leaves it to auto); the caller
+    has its UI thread give way to the engine as `samchat` does."""
     from samchat.tui.app import SamchatApp
-    from samchat.tui.launch import give_way_to_engine
-
-    give_way_to_engine()
 
     cfg = Config()
     cfg.decoding.method = method
@@ -203,6 +200,8 @@ def run_bench(
     """Alternates app and CLI: each round puts every question through both, the front end
     that goes first swapping each round. Each front end keeps its own history, so from the
     second round on both draft from the same earlier answers."""
+    from samchat.tui.launch import give_way_to_engine
+
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="samchat-bench-app-") as tmp:
         root = Path(tmp)
@@ -214,9 +213,10 @@ def run_bench(
                 for front in order:
                     say(f"{method}, round {rnd + 1}/{rounds}: {front}")
                     if front == "app":
-                        runs += asyncio.run(
-                            _app_runs(spec, questions, method, max_new, work, rnd, cache_dir)
-                        )
+                        with give_way_to_engine():
+                            runs += asyncio.run(
+                                _app_runs(spec, questions, method, max_new, work, rnd, cache_dir)
+                            )
                     else:
                         for q, question in enumerate(questions):
                             runs.append(_cli_run(spec, question, method, max_new, cli_dir, rnd, q))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -28,12 +30,14 @@ def app_from_args(args: argparse.Namespace) -> SamchatApp:
     return SamchatApp(spec=spec, config=config, db_path=db_path, cache_dir=paths.cache_dir())
 
 
-def give_way_to_engine() -> None:
-    """Starts the engine thread at this thread's priority, then puts this (the UI's) thread
-    below it: where the engine's threads fill every core, drawing the app otherwise takes turns
-    with them and stalls each parallel step (docs/benchmarks.md). Linux's idle policy lets a
-    waking engine thread take the core back at once (a lowered niceness still lets the UI run
-    out its time slice); elsewhere the niceness is lowered. The UI draws with what they leave."""
+@contextlib.contextmanager
+def give_way_to_engine() -> Iterator[None]:
+    """While inside: the engine thread started at this thread's priority, and this (the UI's)
+    thread below it: where the engine's threads fill every core, drawing the app otherwise takes
+    turns with them and stalls each parallel step (docs/benchmarks.md). Linux's idle policy lets
+    a waking engine thread take the core back at once (a lowered niceness still lets the UI run
+    out its time slice); elsewhere the niceness is lowered. The thread's own priority comes back
+    after: processes it starts later (a test run's) would inherit it and starve."""
     import os
     import threading
 
@@ -41,17 +45,27 @@ def give_way_to_engine() -> None:
 
     ENGINE_THREAD.start()
     me = threading.get_native_id()
+    undo: Callable[[], None] | None = None
     if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
         with contextlib.suppress(OSError):
+            policy, param = os.sched_getscheduler(me), os.sched_getparam(me)
             os.sched_setscheduler(me, os.SCHED_IDLE, os.sched_param(0))
-            return
-    if hasattr(os, "setpriority"):
+            undo = partial(os.sched_setscheduler, me, policy, param)
+    if undo is None and hasattr(os, "setpriority"):
         with contextlib.suppress(OSError):  # a platform that does not set it per thread
+            nice = os.getpriority(os.PRIO_PROCESS, me)
             os.setpriority(os.PRIO_PROCESS, me, UI_NICE)
+            undo = partial(os.setpriority, os.PRIO_PROCESS, me, nice)
+    try:
+        yield
+    finally:
+        if undo is not None:
+            with contextlib.suppress(OSError):  # raising it again may need a privilege
+                undo()
 
 
 def run_tui(args: argparse.Namespace) -> int:
     app = app_from_args(args)
-    give_way_to_engine()
-    app.run()
+    with give_way_to_engine():
+        app.run()
     return 0

@@ -331,6 +331,24 @@ def test_the_engine_flag_reaches_the_app(monkeypatch: pytest.MonkeyPatch) -> Non
     assert started == [("torch", "cpu"), ("auto", "auto")]
 
 
+def test_the_app_gives_the_thread_its_priority_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the app runs its UI thread gives way to the engine (the idle policy, or niceness);
+    after, the thread is as it was: a process it starts later (a test's) would inherit the
+    idle policy and starve on a busy machine."""
+    import os
+    import threading
+
+    from samchat.cli import main
+
+    me = threading.get_native_id()
+    before = (os.sched_getscheduler(me), os.getpriority(os.PRIO_PROCESS, me))
+    during: list[int] = []
+    monkeypatch.setattr(SamchatApp, "run", lambda app: during.append(os.sched_getscheduler(me)))
+    assert main([]) == 0
+    assert during == [os.SCHED_IDLE]
+    assert (os.sched_getscheduler(me), os.getpriority(os.PRIO_PROCESS, me)) == before
+
+
 def test_ui_starts_without_importing_torch(tmp_path: Path) -> None:
     """Start the real app headless in a fresh interpreter: interactive with no torch or
     transformers imported (what makes it start fast; how fast is machine-dependent and not
