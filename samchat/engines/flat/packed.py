@@ -28,7 +28,7 @@ from samchat.errors import ModelLoadError
 
 Say = Callable[[str], None]
 # Bumped when the packed layout or the quantization changes: older files are packed again.
-LAYOUT = "6"
+LAYOUT = "7"
 ALIGN = 64
 # A load's peak memory: the process itself (torch, the tokenizer, the native forward) up to
 # BASE_MEMORY, plus a factor of the GGUF's size to pack it, or of the kept file's to map it.
