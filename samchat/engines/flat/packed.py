@@ -11,13 +11,12 @@ corrupt or foreign one is packed again, with a one-line notice."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import ctypes
 import hashlib
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -106,33 +105,61 @@ def _row_chunks(tensors: Mapping[str, Tensor], key: str, cols: int) -> Iterator[
             yield w.take_rows(np.arange(start, min(start + rows, w.shape[0])))
 
 
-def _stacked(parts: Iterator[Tensor], rows: int) -> Tensor:
-    """Row chunks of one tensor as one, filled in place (the whole and one chunk held at
-    most, where decoding it at once would hold several copies)."""
-    first = next(parts)
+class _Rows:
+    """Tensors written a chunk of their source's rows at a time: each is allocated at its
+    first chunk, its first dimension in proportion to the rows (a tile's 16 rows, or one);
+    the sink checks at the end that each was written whole."""
 
-    def grown(a: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
-        out = np.empty((rows, *a.shape[1:]), dtype=a.dtype)
-        out[: a.shape[0]] = a
-        return out
+    def __init__(self, sink: packfile.Sink, rows: int) -> None:
+        self.sink, self.rows = sink, rows
+        self.regions: dict[str, packfile.Region] = {}
 
-    if isinstance(first, np.ndarray):
-        whole = grown(first)
-        at = first.shape[0]
-        for part in parts:
-            whole[at : at + part.shape[0]] = dequantized(part)  # float32 rows as they are
-            at += part.shape[0]
-        return whole.astype(np.float32, copy=False)
-    fields = dataclasses.fields(first)
-    names = [f.name for f in fields if isinstance(getattr(first, f.name), np.ndarray)]
-    arrays = {n: grown(getattr(first, n)) for n in names}
-    at = first.shape[0]
-    for part in parts:
-        for n in names:
-            arrays[n][at : at + part.shape[0]] = getattr(part, n)
-        at += part.shape[0]
-    stacked: Tensor = dataclasses.replace(cast(Any, first), **arrays)
-    return stacked
+    def write(self, name: str, value: torch.Tensor, part_rows: int) -> None:
+        region = self.regions.get(name)
+        if region is None:
+            first = value.shape[0] * self.rows // part_rows
+            region = self.sink.allocate(name, value.dtype, (first, *value.shape[1:]))
+            self.regions[name] = region
+        region.write(value)
+
+
+def _top(
+    shape: LlamaShape,
+    tensors: Mapping[str, Tensor],
+    forward: str,
+    requantize: bool,
+    sink: packfile.Sink,
+) -> None:
+    """The embedding's rows and the output projection, a few rows at a time (the widest
+    tensors: a tied projection is the embedding, decoded once for both)."""
+    out = "out" if "out" in tensors else "embed"
+    rows = _Rows(sink, shape.vocab)
+    kinds: set[int] = set()
+
+    def project(part: Tensor) -> None:
+        n = part.shape[0]
+        if forward == "native":
+            kind, held = output_tiles(part, requantize)
+            kinds.add(kind)
+            for key, value in held.items():
+                rows.write(f"out.{key}", value, n)
+        else:  # int8 rows, each with its own scale
+            q, scale = pack8([part])
+            rows.write("out.w", q, n)
+            rows.write("out.s", scale, n)
+
+    for part in _row_chunks(tensors, "embed", shape.hidden):
+        for key, value in Embedding.of(part).tensors().items():
+            rows.write(key, value, part.shape[0])
+        if out == "embed":
+            project(part)
+    if out == "out":
+        for part in _row_chunks(tensors, "out", shape.hidden):
+            project(part)
+    if forward == "native":
+        if len(kinds) != 1:
+            raise ModelLoadError("the output projection's rows need tiles of different kinds")
+        sink.put("out.kind", torch.tensor([kinds.pop()], dtype=torch.int64))
 
 
 def convert(
@@ -157,27 +184,7 @@ def convert(
         sink.put("norm", _vector(tensors["norm"]))
         if "rope_freqs" in tensors:  # Llama 3's: each rotary frequency divided by its factor
             sink.put("rope_freqs", _vector(tensors["rope_freqs"]))
-        regions: dict[str, packfile.Region] = {}
-        for part in _row_chunks(tensors, "embed", shape.hidden):
-            for key, value in Embedding.of(part).tensors().items():
-                if key not in regions:
-                    rest = tuple(value.shape[1:])
-                    regions[key] = sink.allocate(key, value.dtype, (shape.vocab, *rest))
-                regions[key].write(value)
-        out = "out" if "out" in tensors else "embed"
-        if forward == "native":
-            whole = _stacked(_row_chunks(tensors, out, shape.hidden), shape.vocab)
-            _put(sink, "out", *output_tiles(whole, requantize))
-            del whole
-        else:  # int8 rows, a few at a time (each row's scale is its own)
-            w = s = None
-            for part in _row_chunks(tensors, out, shape.hidden):
-                q, scale = pack8([part])
-                if w is None or s is None:
-                    w = sink.allocate("out.w", q.dtype, (shape.vocab, q.shape[1]))
-                    s = sink.allocate("out.s", scale.dtype, (shape.vocab,))
-                w.write(q)
-                s.write(scale)
+        _top(shape, tensors, forward, requantize, sink)
         for i in range(shape.layers):
             _layer(shape, tensors, i, fmt, tiled, requantize, sink)
             if progress is not None:
@@ -380,11 +387,20 @@ def _packed(
         except OSError as exc:
             notice(f"could not keep the packed weights in {path.parent}: {exc}")
         else:
+            del raw
             _drop_older(path)
+            _trim()
             return _mapped(path, key, kernels, "packed into")
     sink = packfile.MemorySink()
     convert(shape, raw, kernels, sink, forward, requantize, progress)
     return FlatModel(kernels, shape, dict(sink), f"packed in memory ({held})", forward)
+
+
+def _trim() -> None:
+    """Hands the heap's freed pages back to the system (glibc keeps them otherwise), so that
+    the packing's scratch is gone before the mapped weights come in."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _progress(notice: Say, name: str, layers: int) -> Callable[[int], None]:
