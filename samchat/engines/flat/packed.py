@@ -35,12 +35,13 @@ Say = Callable[[str], None]
 LAYOUT = "7"
 FORWARDS = ("native", "python")
 # A load's peak memory: the process itself (torch, the tokenizer, the native forward) up to
-# BASE_MEMORY, plus a factor of the GGUF's size to pack it, or of the kept file's to map it.
-# The factors are the ones measured on the 1B and 3B shapes with 15% added (docs/benchmarks.md,
-# "Memory at first load"), so a load refused is one that would have come close.
-BASE_MEMORY = 1_500_000_000
-PACK_PER_BYTE = 14.3
-MAP_PER_BYTE = 1.8
+# BASE_MEMORY, plus a factor of the GGUF's size to pack it (then map what it wrote), or of the
+# kept file's to map it. The factors are the ones measured on the Llama-3.2 shapes with 15%
+# added (docs/benchmarks.md, "Memory at first load"), so a load refused is one that would
+# have come close.
+BASE_MEMORY = 500_000_000
+PACK_PER_BYTE = 1.75
+MAP_PER_BYTE = 0.8
 # Values of the widest tensors (the embedding, the output projection) decoded at once.
 CHUNK_VALUES = 1 << 25
 PROGRESS_S = 1.0  # the least time between two progress notices while packing
@@ -312,10 +313,10 @@ def load_need(source: Path, name: str, fmt: str, cache_dir: Path | None) -> tupl
     """The memory the load of `source` in `fmt` takes at its peak, estimated before loading,
     and what it does ("pack" or "map"); None where it is not estimated (a directory).
 
-    Packing holds the process, one layer's tensors and the widest tensor (the output
-    projection) as they are converted, and then maps the file it wrote: its peak grows with
-    the GGUF's size. Mapping a kept packed file holds the pages the forward reads (the whole
-    file but the embedding's rows not looked up)."""
+    Packing holds one layer's tensors, or a few rows of the embedding and output projection,
+    at a time, then maps the file it wrote (about twice the GGUF): that mapping is its peak,
+    so it grows with the GGUF's size. Mapping a kept file holds the pages the forward reads:
+    the whole file but the embedding's rows not looked up."""
     if cache_dir is not None:
         kept = _kept(cache_dir, name, file_identity(source), fmt)
         if kept is not None:
