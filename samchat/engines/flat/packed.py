@@ -40,8 +40,8 @@ FORWARDS = ("native", "python")
 # added (docs/benchmarks.md, "Memory at first load"), so a load refused is one that would
 # have come close.
 BASE_MEMORY = 500_000_000
-PACK_PER_BYTE = 1.75
-MAP_PER_BYTE = 0.8
+PACK_PER_BYTE = 1.78
+MAP_PER_BYTE = 0.97
 # Values of the widest tensors (the embedding, the output projection) decoded at once.
 CHUNK_VALUES = 1 << 25
 PROGRESS_S = 1.0  # the least time between two progress notices while packing
