@@ -164,7 +164,7 @@ def _packed_rows(models: Path) -> list[tuple[str, str]]:
     forward, and the packed weights kept (packed at a model's first load on it)."""
     import torch
 
-    kept = sorted(p.name for p in (models / "packed").glob("*.safetensors"))
+    kept = sorted(p.name for p in (models / "packed").glob("*.flat"))
     cap = torch.backends.cpu.get_cpu_capability()
     from samchat.engines.flat.native import build
 

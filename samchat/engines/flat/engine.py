@@ -38,14 +38,15 @@ class FlatEngine:
     tree_reason: str | None = None
     inexact_reason: str | None = None
 
-    def __init__(self, lm: EngineModel, cache_dir: Path | None = None, native: bool = True) -> None:
+    def __init__(self, lm: EngineModel, cache_dir: Path | None = None) -> None:
         model = lm.model
         if not isinstance(model, FlatModel):
             raise TypeError(f"the flat engine runs packed weights, not {type(model).__name__}")
         self.lm = lm
         self.model = model
-        # The compiled forward where it loaded; native=False runs the Python one (tests).
-        self._native = self.model.native if native else None
+        # The compiled forward where the weights are packed for it and it loaded, else the
+        # Python one.
+        self._native = self.model.native
         self.cache_dir = cache_dir  # where measured costs are kept (None: this process only)
         self._cache = FlatCache(self.model.shape)
         self._length = 0
@@ -176,7 +177,7 @@ class FlatMeter:
     def cost_curve(self, cancelled: Callable[[], bool] | None = None) -> CostCurve:
         def measure() -> CostCurve:
             # On an engine of its own: this one's cache holds the conversation.
-            other = FlatEngine(self.lm, native=self._in_place)
+            other = FlatEngine(self.lm)
             return measure_engine(other, self.model.shape.vocab, cancelled=cancelled)
 
         return self.curves.get(self._digest(), self._curve_file(), measure, self._about())

@@ -88,16 +88,28 @@ class FlatModel:
     """The packed weights of a llama, qwen2 or qwen3 model, shared by every engine made from
     it."""
 
-    def __init__(self, fmt: str, shape: LlamaShape, t: dict[str, torch.Tensor], about: str):
+    def __init__(
+        self,
+        fmt: str,
+        shape: LlamaShape,
+        t: dict[str, torch.Tensor],
+        about: str,
+        forward: str = "python",
+    ) -> None:
         self.fmt = fmt
         self.shape = shape
         self.config = shape  # what the registry and loader read (context, vocabulary)
         self.about = about  # where the packed weights came from, for describe()
         self.tensors = t
-        self.layers = [self._layer(i) for i in range(shape.layers)]
+        # The forward the tensors are laid out for ("native": tiles; "python": torch's
+        # kernels' layout); only that forward runs them.
+        self.forward = forward
+        python = forward == "python"
+        self.layers = [self._layer(i) for i in range(shape.layers)] if python else []
         self.embed = Embedding.from_tensors(t)
         self.norm = t["norm"]
-        self.out = Linear("int8", t["out.w"], t["out.s"])  # 8-bit: 4 bits cost 5% perplexity
+        # 8-bit: 4 bits cost 5% perplexity.
+        self.out = Linear("int8", t["out.w"], t["out.s"]) if python else None
         self.cos, self.sin = rotary_tables(shape, t.get("rope_freqs"))
         self.native: NativeModel | None = None  # the compiled forward, once go_native ran
 
@@ -122,6 +134,8 @@ class FlatModel:
         from samchat.engines.flat.native import build
         from samchat.engines.flat.native.forward import NativeModel
 
+        if self.forward != "native":
+            return "the weights are packed for the Python forward"
         why = build.load(cache_dir, say)
         if why is not None:
             return why
@@ -281,6 +295,8 @@ def run(
     s = model.shape
     n = len(ids)
     device = torch.device("cpu")
+    if model.out is None:
+        raise ValueError("these weights are packed for the native forward, not the Python one")
     if parents is not None and n > TAIL:
         raise ValueError(f"a tree of {n} inputs is more than the {TAIL} verification takes")
     if n <= 0 or not 0 <= logits_rows <= n:

@@ -9,10 +9,11 @@ their scales' own factors (Factors), so that tiles can hold a byte per group ins
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -22,7 +23,7 @@ from samchat.engines.flat.shape import LlamaShape
 from samchat.errors import InexactError, ModelLoadError
 
 if TYPE_CHECKING:
-    from gguf import GGUFReader, ReaderTensor
+    from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
 
 BLOCK = 32  # values per 4-bit group, and per group of activations rounded to 8 bits
 GROUP8 = 16  # values per group of 8-bit weights (the K-quants' smallest sub-block)
@@ -440,11 +441,9 @@ def _rope(reader: GGUFReader, arch: str, name: str) -> tuple[float, float]:
     return scale, _number(reader, f"{arch}.rope.scaling.attn_factor", 1.0)
 
 
-def read_gguf(path: Path, requantize: bool = False) -> tuple[LlamaShape, dict[str, Tensor]]:
-    """The shape and the tensors of a llama, qwen2 or qwen3 GGUF file, named as shape.py names
-    them: "embed", "norm", "out" (absent when tied), "rope_freqs" (where the file has one) and
-    "<layer>.<q|k|v|o|gate|up|down|attn_norm|ffn_norm|q_bias|...|q_norm|k_norm>". Every tensor
-    of the file is one of these: any other is an InexactError, never dropped."""
+def open_gguf(path: Path, requantize: bool = False) -> tuple[LlamaShape, GGUFTensors]:
+    """read_gguf's shape and tensors, each tensor read and decoded only when asked for (its
+    type and name checked now)."""
     from gguf import GGUFReader
 
     try:
@@ -494,7 +493,7 @@ def read_gguf(path: Path, requantize: bool = False) -> tuple[LlamaShape, dict[st
     top = {"token_embd.weight": "embed", "output_norm.weight": "norm", "output.weight": "out"}
     if arch == "llama":
         top["rope_freqs.weight"] = "rope_freqs"
-    out: dict[str, Tensor] = {}
+    found: dict[str, _Entry] = {}
     for t in reader.tensors:
         name = str(t.name)
         key = top.get(name)
@@ -507,14 +506,97 @@ def read_gguf(path: Path, requantize: bool = False) -> tuple[LlamaShape, dict[st
             raise InexactError(
                 f"{path.name} has a tensor {name} that the flat engine does not compute"
             )
-        w = decode(t, requantize)
-        if FAMILIES[arch] and key.split(".")[-1] in _ROTATED:
-            w = _unpermute(w, heads if ".q" in key else shape.kv_heads)
-        out[key] = w
-    embed = out.get("embed")
-    if embed is None or "norm" not in out:
+        if t.tensor_type.name not in EXACT_TYPES and not requantize:  # refused before reading
+            raise NotExactError(name, t.tensor_type.name)
+        found[key] = _Entry(name, t.tensor_type, t.shape.copy(), t.data_offset, t.n_bytes, t.data)
+    embed = found.get("embed")
+    if embed is None or "norm" not in found:
         raise ModelLoadError(f"{path.name} has no token embedding or output norm")
-    if arch == "qwen3" and any(f"{i}.q_norm" not in out for i in range(shape.layers)):
+    if arch == "qwen3" and any(f"{i}.q_norm" not in found for i in range(shape.layers)):
         raise ModelLoadError(f"{path.name} is a qwen3 model without its q/k norms")
-    shape.vocab = int(embed.shape[0])
-    return shape, out
+    shape.vocab = embed.rows
+    return shape, GGUFTensors(path, found, shape, FAMILIES[arch], requantize)
+
+
+def read_gguf(path: Path, requantize: bool = False) -> tuple[LlamaShape, dict[str, Tensor]]:
+    """The shape and the tensors of a llama, qwen2 or qwen3 GGUF file, named as shape.py names
+    them: "embed", "norm", "out" (absent when tied), "rope_freqs" (where the file has one) and
+    "<layer>.<q|k|v|o|gate|up|down|attn_norm|ffn_norm|q_bias|...|q_norm|k_norm>". Every tensor
+    of the file is one of these: any other is an InexactError, never dropped."""
+    shape, tensors = open_gguf(path, requantize)
+    return shape, dict(tensors.items())
+
+
+class _Entry:
+    """Where a tensor lies in the file, and its type and shape (its data is read when asked
+    for: the reader's map is never touched, so none of its pages stay resident)."""
+
+    def __init__(
+        self, name: str, kind: GGMLQuantizationType, dims: object, at: int, size: int, data: object
+    ) -> None:
+        self.name = name
+        self.kind = kind
+        self.dims = [int(n) for n in np.asarray(dims)]  # GGUF's order: the fastest first
+        self.at, self.size = at, size
+        view = np.asarray(data)  # a view of the reader's map: only its dtype and shape are read
+        self.dtype, self.data_shape = view.dtype, view.shape
+
+    @property
+    def rows(self) -> int:
+        return self.dims[-1] if len(self.dims) > 1 else 1
+
+    def read(self, path: Path, start: int, stop: int) -> Any:
+        """Rows [start, stop) as decode() takes a reader's tensor."""
+        per_row = self.size // self.rows
+        count = (stop - start) * per_row
+        raw = np.fromfile(path, dtype=np.uint8, count=count, offset=self.at + start * per_row)
+        if len(raw) != count:
+            raise ModelLoadError(f"{path.name} is cut short inside tensor {self.name}")
+        dims = [*self.dims[:-1], stop - start] if len(self.dims) > 1 else self.dims
+        shape = (stop - start, *self.data_shape[1:]) if len(self.dims) > 1 else self.data_shape
+        data = raw.view(self.dtype).reshape(shape)
+        return SimpleNamespace(name=self.name, tensor_type=self.kind, shape=dims, data=data)
+
+
+class GGUFTensors(Mapping[str, Tensor]):
+    """A GGUF file's tensors by read_gguf's names, each read from the file and decoded when
+    asked for, so that a conversion holds one layer at a time, never the whole model."""
+
+    def __init__(
+        self,
+        path: Path,
+        found: dict[str, _Entry],
+        shape: LlamaShape,
+        rotated: bool,
+        requantize: bool,
+    ) -> None:
+        self.path = path
+        self._found = found
+        self._shape = shape
+        self._rotated = rotated  # llama's converter reordered q and k rows (see _unpermute)
+        self._requantize = requantize
+
+    def __getitem__(self, key: str) -> Tensor:
+        entry = self._found[key]
+        w = decode(entry.read(self.path, 0, entry.rows), self._requantize)
+        if self._rotated and key.split(".")[-1] in _ROTATED:
+            heads = self._shape.heads if ".q" in key else self._shape.kv_heads
+            w = _unpermute(w, heads)
+        return w
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._found)
+
+    def __len__(self) -> int:
+        return len(self._found)
+
+    def kinds(self) -> set[str]:
+        """The GGUF types of the file's matrices."""
+        return {e.kind.name for e in self._found.values() if len(e.dims) > 1}
+
+    def row_chunks(self, key: str, rows: int) -> Iterator[Tensor]:
+        """Tensor `key` (not a rotated one) decoded `rows` rows at a time."""
+        entry = self._found[key]
+        for start in range(0, entry.rows, rows):
+            part = entry.read(self.path, start, min(start + rows, entry.rows))
+            yield decode(part, self._requantize)

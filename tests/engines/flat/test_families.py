@@ -59,9 +59,15 @@ def tiny_ggufs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @functools.cache
-def _flat(path: Path) -> Any:
-    """The flat engine's model of a file, loaded once per process (engines are made anew)."""
-    return load_model(ModelSpec(source=str(path), engine="flat"))
+def _flat(path: Path, native: bool = True) -> Any:
+    """The flat engine's model of a file for the native forward (where it builds) or the
+    Python one, loaded once per process (engines are made anew)."""
+    from samchat.engines.flat.native import SWITCH
+
+    with pytest.MonkeyPatch.context() as m:
+        if not native:
+            m.setenv(SWITCH, "0")
+        return load_model(ModelSpec(source=str(path), engine="flat"))
 
 
 def _ids(n: int, seed: int = 0) -> list[int]:
@@ -83,7 +89,7 @@ def test_logits_match_llamacpp(tiny_ggufs: dict[str, Path], family: str) -> None
     assert theirs is not None
     scale = np.abs(theirs).max(axis=1)
     for native in (True, False):
-        ours = FlatEngine(flat, native=native).prefill(ids, logits=len(ids))
+        ours = FlatEngine(_flat(path, native)).prefill(ids, logits=len(ids))
         assert ours is not None
         worst = float((np.abs(ours - theirs).max(axis=1) / scale).max())
         assert worst < TOLERANCE, (native, worst)
@@ -96,9 +102,9 @@ def test_logits_match_llamacpp(tiny_ggufs: dict[str, Path], family: str) -> None
 def test_rows_equal_one_token_steps(tiny_ggufs: dict[str, Path], family: str, native: bool) -> None:
     """Sequences of 1..20 rows after a context that crosses the 64-position split, and a
     tree: each row equals the one-token step at its place, in each forward."""
-    lm = _flat(tiny_ggufs[family])
+    lm = _flat(tiny_ggufs[family], native)
     context, path = _ids(70, 1), _ids(21, 2)
-    engine = FlatEngine(lm, native=native)
+    engine = FlatEngine(lm)
     engine.prefill(context)
     steps = []
     for token in path:
@@ -212,9 +218,11 @@ def test_the_native_forward_checks_its_inputs(tiny_ggufs: dict[str, Path]) -> No
         with pytest.raises(kind, match=words):
             forward(**args)
         assert torch.isfinite(forward([5, 6])).all()
-    # The Python forward refuses the same ids.
+    # The Python forward refuses the same ids (on weights packed for it).
     with pytest.raises(IndexError, match="outside the vocabulary"):
-        run(model, cache, [shape.vocab], None, 1)
+        run(_flat(tiny_ggufs["llama"], False).model, cache, [shape.vocab], None, 1)
+    with pytest.raises(ValueError, match="packed for the native forward"):
+        run(model, cache, [5], None, 1)
 
 
 def test_bench_perplexity_reports_what_ran_then_fails(

@@ -6,6 +6,7 @@ rebuilt when damaged."""
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 from pathlib import Path
@@ -19,7 +20,7 @@ import torch
 from samchat.decoding import ChatSession, DecodingConfig, SamplingParams, StepStats
 from samchat.engines.base import Logits
 from samchat.engines.costs import CostCurve
-from samchat.engines.flat import packed
+from samchat.engines.flat import packed, packfile
 from samchat.engines.flat.engine import FlatEngine
 from samchat.engines.flat.forward import TAIL
 from samchat.engines.flat.gguf_weights import Blocks4, Blocks8, decode
@@ -46,6 +47,22 @@ def gguf_tensors() -> dict[str, Any]:
 
     reader = GGUFReader(bundled_gguf())
     return {str(t.name): t for t in reader.tensors}
+
+
+@functools.cache
+def _python_lm() -> Any:
+    """The bundled model packed for the Python forward (a kept file holds the layout of one
+    forward: the one a load finds here, unless switched off)."""
+    from samchat.engines.flat.native import SWITCH
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv(SWITCH, "0")
+        return load_model(ModelSpec(engine="flat"))
+
+
+def _engine(lm: Any, native: bool) -> FlatEngine:
+    """An engine on the native forward (lm as loaded here) or on the Python one."""
+    return FlatEngine(lm if native else _python_lm())
 
 
 def _reference(tensor: Any) -> np.ndarray[Any, Any]:
@@ -114,7 +131,7 @@ def _prompt(lm: Any, text: str) -> list[int]:
 
 def _plain_rows(lm: Any, context: list[int], path: list[int], native: bool) -> list[Logits]:
     """Logits of one-token steps along path after context, each step committed."""
-    engine = FlatEngine(lm, native=native)
+    engine = _engine(lm, native)
     engine.prefill(context)
     out = []
     for t in path:
@@ -131,7 +148,7 @@ def test_the_native_forward_runs_where_a_compiler_is(int4_lm: Any) -> None:
     """This machine has a C++ compiler (CI builds with it): the compiled forward is in use."""
     assert int4_lm.model.native is not None
     assert "native llama forward" in FlatEngine(int4_lm).meter.describe()
-    assert "Python llama forward" in FlatEngine(int4_lm, native=False).meter.describe()
+    assert "Python llama forward" in FlatEngine(_python_lm()).meter.describe()
 
 
 @FORWARDS
@@ -143,7 +160,7 @@ def test_rows_equal_one_token_steps_at_every_row_count(int4_lm: Any, native: boo
     rng = random.Random(3)
     path = [prompt[-1]] + [rng.randrange(49152) for _ in range(TAIL + 16)]
     ref = _plain_rows(int4_lm, context, path, native)
-    engine = FlatEngine(int4_lm, native=native)
+    engine = _engine(int4_lm, native)
     engine.prefill(context)
     base = engine.length
     for k in range(1, TAIL + 1):
@@ -177,7 +194,7 @@ def test_rows_split_between_threads_equal_one_token_steps_on_one(int4_lm: Any) -
         ref = _plain_rows(int4_lm, context, path, native=True)
         tree_ref = _tree_rows(int4_lm, context, [path[0], *tokens], layout, native=True)
         torch.set_num_threads(threads)
-        engine = FlatEngine(int4_lm, native=True)
+        engine = FlatEngine(int4_lm)
         engine.prefill(context)
         base = engine.length
         for k in (1, 2, 3, 5, 8, 15, 16, 17, 24, 31, 32, 33, 47, TAIL - 1, TAIL):
@@ -216,7 +233,7 @@ def test_tree_verification_is_exact_on_random_trees(int4_lm: Any, native: bool) 
     rng = random.Random(7)
     for question in ("Describe the river Lune briefly.", "\n\n".join(LONG_CONTEXT[:1]) + "?"):
         prompt = _prompt(int4_lm, question)
-        engine = FlatEngine(int4_lm, native=native)
+        engine = _engine(int4_lm, native)
         engine.prefill(prompt[:-1])
         context = prompt[:-1]
         pending = prompt[-1]
@@ -248,7 +265,7 @@ def _tree_rows(
 ) -> list[Logits]:
     """Each tree node's row by one-token decoding along its path (depth first, one step per
     node: the reference engine holds the context and the node's ancestors)."""
-    engine = FlatEngine(lm, native=native)
+    engine = _engine(lm, native)
     engine.prefill(context)
     kids: list[list[int]] = [[] for _ in range(layout.n)]
     for node in range(1, layout.n):
@@ -271,7 +288,7 @@ def _plain_rows_tokens(
     lm: Any, context: list[int], pending: int, n: int, native: bool
 ) -> list[int]:
     """Greedy continuation after context + pending (tokens a draft would likely hold)."""
-    engine = FlatEngine(lm, native=native)
+    engine = _engine(lm, native)
     engine.prefill(context)
     out: list[int] = []
     tok = pending
@@ -321,8 +338,8 @@ def test_second_start_maps_the_kept_weights(tmp_path: Path, monkeypatch: Any) ->
     said: list[str] = []
     first = packed.load_flat(gguf, "smol", "int4", tmp_path, said.append)
     assert any("packing" in s for s in said)
-    kept = list((tmp_path / "packed").glob("*.safetensors"))
-    assert len(kept) == 1
+    kept = list((tmp_path / "packed").glob("*"))
+    assert len(kept) == 1 and kept[0].name.endswith(".flat") and "-native-" in kept[0].name
 
     def refuse(*_: Any) -> Any:
         raise AssertionError("packed again")
@@ -334,15 +351,16 @@ def test_second_start_maps_the_kept_weights(tmp_path: Path, monkeypatch: Any) ->
     assert said == [] and second.about.startswith("mapped")
     for name, t in first.tensors.items():
         assert torch.equal(t, second.tensors[name]), name
-    kept[0].write_bytes(kept[0].read_bytes()[:1000])  # cut short
+    cut = kept[0].with_name("cut")
+    cut.write_bytes(kept[0].read_bytes()[:1000])
+    cut.replace(kept[0])  # cut short (a new file: the models above map the old one)
     said.clear()
     third = packed.load_flat(gguf, "smol", "int4", tmp_path, said.append)
     assert len([s for s in said if "unusable" in s]) == 1
     assert "\n" not in said[0] and third.about.startswith("packed")
     # Another instruction set's packing under this file's name: foreign, packed again.
-    tensors = {k: v.clone() for k, v in third.tensors.items()}
-    meta = {**packed._key(packed.file_identity(gguf), "int4"), "capability": "AVX2"}
-    packed._write(kept[0], tensors, {**meta, "shape": third.shape.to_json()})
+    meta = {**packed._key(packed.file_identity(gguf), "int4", "native"), "capability": "AVX2"}
+    packfile.write_all(kept[0], third.tensors.items(), {**meta, "shape": third.shape.to_json()})
     said.clear()
     packed.load_flat(gguf, "smol", "int4", tmp_path, said.append)
     assert any("capability" in s for s in said)

@@ -18,6 +18,13 @@ _LINEARS = ("qkv", "o", "gu", "down")
 TORCH_INT4, TORCH_INT8 = 0, 1
 
 
+def native_refusal(shape: LlamaShape) -> str | None:
+    """Why the native forward cannot run a model of this shape (None: it can)."""
+    if shape.head_dim % 16 or shape.head_dim > 512 or shape.heads % shape.kv_heads:
+        return f"the native forward takes head sizes that are multiples of 16, not {shape.head_dim}"
+    return None
+
+
 class NativeModel:
     """The packed model's tensors as the native core holds them."""
 
@@ -29,11 +36,9 @@ class NativeModel:
         cos: torch.Tensor,
         sin: torch.Tensor,
     ) -> None:
-        if shape.head_dim % 16 or shape.head_dim > 512 or shape.heads % shape.kv_heads:
-            raise ValueError(
-                f"the native forward takes head sizes that are multiples of 16, "
-                f"not {shape.head_dim}"
-            )
+        why = native_refusal(shape)
+        if why is not None:
+            raise ValueError(why)
         empty = torch.empty(0)
         tensors: list[torch.Tensor] = []
         for i in range(shape.layers):
