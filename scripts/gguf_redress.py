@@ -10,6 +10,11 @@ re-dresses SRC (e.g. the bundled SmolLM2 Q4_1 file) three ways, its tensors' byt
   biases;
 - qwen3.gguf: qwen3 with seeded per-head q/k RMS norm weights.
 
+The tokenizer keys stay as they are: SmolLM2's vocabulary with its own split
+(`tokenizer.ggml.pre = smollm`). A split belongs to the vocabulary it was trained with, not to
+the architecture, and llama.cpp and samchat both pick it by that key (a real Qwen2.5 file says
+`qwen2`, with Qwen's vocabulary).
+
 `tiny(path, family, ...)` writes a small random model of a family in Q4_0/Q4_1 with the
 bundled tokenizer, as the tests use: "llama", "llama3" (rope_freqs), "linear" (linear rope
 scaling), "yarn" (YaRN, which the flat engine refuses), "qwen2", "qwen3".

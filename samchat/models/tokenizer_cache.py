@@ -26,6 +26,7 @@ from samchat.engines.weights import ModelFiles, quiet_transformers
 from samchat.errors import ModelLoadError, one_line
 from samchat.messages import Message
 from samchat.models.gguf_header import conversion_key, metadata_digest
+from samchat.models.gguf_splits import as_llamacpp
 from samchat.paths import model_cache_dir
 from samchat.tokenizer import Tokenizer
 
@@ -44,6 +45,8 @@ SPECIAL_KEYS = (
     "cls_token",
     "mask_token",
 )
+# samchat's step after transformers' conversion: a new one converts every kept tokenizer again.
+CONVERSION = "llamacpp-split-1"
 # tokenizer_config.json keys that change nothing this class does (the rest are refused).
 _KNOWN = {
     *SPECIAL_KEYS,
@@ -236,12 +239,18 @@ def tokenizer_fingerprint(tokenizer: Tokenizer) -> str:
     return digest.hexdigest()[:16]
 
 
-def tokenizer_cache(gguf: Path) -> Path:
-    """Where a GGUF file's tokenizer is kept once converted: keyed by the file's identity and by
-    the libraries that convert and read it (another version may build it differently)."""
+def _converters() -> str:
+    """What a kept tokenizer was made by: the libraries that convert and read it (another
+    version may build it differently) and samchat's own step (llama.cpp's split, gguf_splits)."""
     from importlib.metadata import version
 
-    libs = f"{version('transformers')}|{version('tokenizers')}"
+    return f"{version('transformers')}|{version('tokenizers')}|{CONVERSION}"
+
+
+def tokenizer_cache(gguf: Path) -> Path:
+    """Where a GGUF file's tokenizer is kept once converted: keyed by the file's identity and by
+    what converted it (_converters)."""
+    libs = _converters()
     key = hashlib.sha256(f"{conversion_key(gguf)}|{libs}".encode()).hexdigest()[:16]
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in gguf.stem)[:60]
     return model_cache_dir() / f"tokenizer-{safe}-{key}"
@@ -289,6 +298,8 @@ def load_tokenizer_files(
         raise ModelLoadError(
             f"could not load the tokenizer of {source or where.name}: {one_line(exc)}"
         ) from exc
+    if gguf is not None:
+        tokenizer = as_llamacpp(tokenizer, gguf)
     if cached is not None:
         keep_tokenizer(tokenizer, cached)
         if same is not None:

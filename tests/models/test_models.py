@@ -167,8 +167,8 @@ def test_a_gguf_tokenizer_kept_in_the_cache_tokenizes_as_the_file_does(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The GGUF's vocabulary is converted once and kept; the kept copy is read without
-    transformers (KeptTokenizer) and gives transformers' own text, tokens and fingerprint on
-    real prompts, chat templates included; a damaged copy is converted again."""
+    transformers (KeptTokenizer) and gives the text, tokens and fingerprint transformers gives
+    for it on real prompts, chat templates included; a damaged copy is converted again."""
     from transformers import AutoTokenizer
 
     from samchat.models.loader import keep_bundled_tokenizer
@@ -182,11 +182,12 @@ def test_a_gguf_tokenizer_kept_in_the_cache_tokenizes_as_the_file_does(
     gguf = tmp_path / "copy" / bundled_gguf().name
     gguf.parent.mkdir()
     shutil.copy2(bundled_gguf(), gguf)
-    fresh = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
     spec = ModelSpec(source=str(gguf))
     load_tokenizer(spec)  # converts and keeps it
     kept_dir = tokenizer_cache(gguf)
     assert (kept_dir / "tokenizer.json").is_file()
+    # transformers reading the kept folder (its split is llama.cpp's: test_gguf_splits.py).
+    fresh = AutoTokenizer.from_pretrained(kept_dir, local_files_only=True)
     kept, fingerprint = load_tokenizer(spec)
     assert isinstance(kept, KeptTokenizer)
     assert fingerprint == tokenizer_fingerprint(fresh)

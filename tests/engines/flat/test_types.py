@@ -50,11 +50,15 @@ def _ids(n: int, seed: int) -> list[int]:
 
 
 def test_the_files_hold_every_type_read(gguf_types: dict[str, Path]) -> None:
-    """llama.cpp's quantizer put each type the flat engine reads into some file."""
+    """llama.cpp's quantizer put each type the flat engine reads into some file, and those are
+    at least the types of the files people download (issue 60's list): so each is checked
+    below for its values, llama.cpp's logits and exact rows."""
     from gguf import GGUFReader
 
     seen = {t.tensor_type.name for p in gguf_types.values() for t in GGUFReader(p).tensors}
     assert seen == set(EXACT_TYPES)
+    common = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16"}
+    assert seen >= common | {"F32", "Q2_K", "Q3_K"}
 
 
 def test_every_weight_is_what_llama_cpp_dequantizes(gguf_types: dict[str, Path]) -> None:
