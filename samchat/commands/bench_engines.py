@@ -27,7 +27,7 @@ def register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 def run(args: argparse.Namespace) -> int:
     from samchat.engines.cpu import cpu_name
-    from samchat.models.engine_choice import measure
+    from samchat.models.engine_choice import measure, why
     from samchat.paths import cache_dir
 
     def say(msg: str) -> None:
@@ -43,6 +43,11 @@ def run(args: argparse.Namespace) -> int:
         rate = 1000 / s.ms_per_token
         print(f"{s.label:<{width}}  {s.ms_per_token:6.2f} ms  {rate:6.1f} tok/s{mark}")
     if args.json is not None:
-        out = {"cpu": cpu_name(), "speeds": [asdict(s) for s in speeds], "chosen": best.label}
+        out = {
+            "cpu": cpu_name(),
+            "speeds": [asdict(s) for s in speeds],
+            "chosen": best.label,
+            "why": why(spec, best.engine, cache_dir()),
+        }
         args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     return 0
