@@ -134,9 +134,10 @@ def measure_engines(post: Post, gen: Replies, trial: Trial, wanted: Callable[[],
             post(Notice(f"measuring the engines failed: {exc}", "Engine"))
             return
         lm.trial = None
-        lm.engine_note = why(trial.spec, lm.engine, trial.cache_dir)
         faster = result.faster
-        if faster is not None:
+        if faster is None:
+            lm.engine_note = why(trial.spec, lm.engine, trial.cache_dir)
+        else:
             faster.engine_note = why(trial.spec, faster.engine, trial.cache_dir)
             switched = Generator(
                 faster, gen.decoding, gen.indexer, gen.cost_curve, gen.cache_dir, False
