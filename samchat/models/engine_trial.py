@@ -66,6 +66,7 @@ class Trial:
         self.cache_dir = cache_dir
         self._child: subprocess.Popen[str] | None = None
         self._prepared: dict[str, str | None] = {}  # engine -> why it was declined, or None
+        self._closed = False
 
     @staticmethod
     def owed(spec: ModelSpec, cache_dir: Path | None, lm: object) -> Trial | None:
@@ -142,6 +143,8 @@ class Trial:
                 raise MeasurementCancelled("the engines' measurement gave way")
             time.sleep(POLL_S)
         self._child = None
+        if wanted() or self._closed:  # ended by close(): no verdict on the engine
+            raise MeasurementCancelled("the engines' measurement gave way")
         out = (child.stdout.read() if child.stdout else "").strip()
         if child.returncode == 0:
             self._prepared[engine] = None
@@ -153,6 +156,7 @@ class Trial:
 
     def close(self) -> None:
         """Ends the child that prepares weights, if one runs (the app or server quits)."""
+        self._closed = True
         child, self._child = self._child, None
         if child is not None and child.poll() is None:
             child.kill()
