@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         with Store.open(store_path(args)) as store:  # created or migrated now
             db_path = store.path
         # The engine and format measured fastest here, where left to auto; with no record yet,
-        # measured between requests after the first answer (server.Replies).
+        # measured between requests after the first answer (server.Answering).
         named = spec_from_args(args, config)
         spec = preferred(named, paths.cache_dir())
         # Loaded, and later decoded, on one engine thread (engine_thread.py says why). A Ctrl-C

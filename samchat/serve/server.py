@@ -114,7 +114,7 @@ def _say(text: str) -> None:
     print(f"[{text}]", file=sys.stderr, flush=True)
 
 
-class Replies:
+class Answering:
     """The generator requests are answered by: another one once the engines measured after
     the first answer find a faster one (between requests, where the API stays the same)."""
 
@@ -209,9 +209,9 @@ def serve(
         ENGINE_THREAD.run(generator.prepare)  # the model's threads are the engine thread's
         poke = indexer.poke if indexer is not None else _nothing  # None: a model without tokenizer
         history = History(db_path, lm.name, poke) if options.save else None
-        replies = Replies(generator)
+        answering = Answering(generator)
         worker = EngineWorker(
-            lambda m, p, c: replies.generator.session().generate(m, p, c), history, replies.idle
+            lambda m, p, c: answering.generator.session().generate(m, p, c), history, answering.idle
         )
         worker.start()
         app = ServeApp(worker, lm.name, lm.context_limit, options.api_key).starlette()

@@ -118,3 +118,18 @@ def test_nothing_is_owed_where_the_user_chose(
     spec = ModelSpec(source=str(unmeasured_gguf), **change)
     assert Trial.owed(spec, tmp_path, copy_lm) is None
     assert why(spec, "llamacpp", tmp_path) == "asked for with --engine/--dtype or config.toml"
+
+
+def test_doctor_says_why_the_engine_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no record, the engine auto takes and that it is measured after the first answer;
+    an engine config.toml pins, that it was asked for."""
+    from samchat.commands.doctor import report
+
+    config = tmp_path / "config"
+    monkeypatch.setenv("SAMCHAT_CONFIG_DIR", str(config))
+    row = dict(report(tmp_path / "data"))["engine (app, serve)"]
+    assert row == "llamacpp, not measured yet: measuring after the first answer"
+    config.mkdir(exist_ok=True)
+    (config / "config.toml").write_text('engine = "flat"\n', encoding="utf-8")
+    row = dict(report(tmp_path / "data"))["engine (app, serve)"]
+    assert row == "flat, asked for with --engine/--dtype or config.toml"
