@@ -143,9 +143,12 @@ class Trial:
                 raise MeasurementCancelled("the engines' measurement gave way")
             time.sleep(POLL_S)
         self._child = None
+        try:
+            out = child.communicate()[0].strip()
+        except (OSError, ValueError):  # close() reaped it meanwhile, from another thread
+            out = ""
         if wanted() or self._closed:  # ended by close(): no verdict on the engine
             raise MeasurementCancelled("the engines' measurement gave way")
-        out = (child.stdout.read() if child.stdout else "").strip()
         if child.returncode == 0:
             self._prepared[engine] = None
         elif child.returncode == _DECLINED:
@@ -158,9 +161,10 @@ class Trial:
         """Ends the child that prepares weights, if one runs (the app or server quits)."""
         self._closed = True
         child, self._child = self._child, None
-        if child is not None and child.poll() is None:
-            child.kill()
-            child.wait()
+        if child is not None:
+            if child.poll() is None:
+                child.kill()
+            child.communicate()  # reaped, its pipe closed
 
 
 def _idle_and_orphan_proof() -> None:
