@@ -152,6 +152,21 @@ def gguf_lm() -> Iterator[object]:
     yield load_model(ModelSpec(engine="llamacpp"))
 
 
+@pytest.fixture(scope="session")
+def unmeasured_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled GGUF copied elsewhere, so that no engine speed is kept for it: the app and
+    serve measure the engines after its first answer. One per worker, named after it: its
+    packing for the flat engine is kept once, and replaces the run before's."""
+    import shutil
+
+    from samchat.models.default import bundled_gguf
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    path = tmp_path_factory.mktemp("unmeasured") / f"unmeasured-{worker}.gguf"
+    shutil.copyfile(bundled_gguf(), path)
+    return path
+
+
 def _leaked(before: set[threading.Thread]) -> list[threading.Thread]:
     """Threads a test left running: any new non-daemon thread, and samchat's own workers (but
     the process's engine thread, which lives as long as the process by design)."""

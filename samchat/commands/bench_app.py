@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from samchat import paths
     from samchat.chat.config import load_config
     from samchat.engines.cpu import cpu_name
-    from samchat.models.engine_choice import preferred
+    from samchat.models.engine_choice import preferred, why
     from samchat.tui.bench import run_bench, summary, write_json
 
     def say(msg: str) -> None:
@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
         methods.append(known[name])
     # The engine and format the app takes (measured fastest here, where left to auto); ask
     # is told the same explicitly, so both decode on one engine.
-    spec = preferred(spec_from_args(args, load_config()), paths.cache_dir())
+    named = spec_from_args(args, load_config())
+    spec = preferred(named, paths.cache_dir())
     questions = list(args.question or QUESTIONS)
     runs = run_bench(
         spec, questions, methods, args.max_new_tokens, args.rounds, paths.cache_dir(), say
@@ -88,5 +89,8 @@ def run(args: argparse.Namespace) -> int:
             f"{row['identical_replies']} |"
         )
     if args.json is not None:
-        write_json(args.json, cpu_name(), spec, runs)
+        from samchat.models.loader import choose_engine
+
+        engine_why = why(named, choose_engine(spec), paths.cache_dir())
+        write_json(args.json, cpu_name(), spec, runs, engine_why)
     return 0

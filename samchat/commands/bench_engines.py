@@ -32,7 +32,7 @@ def register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 def run(args: argparse.Namespace) -> int:
     from samchat.engines.cpu import cpu_name
-    from samchat.models.engine_choice import measure
+    from samchat.models.engine_choice import measure, why
     from samchat.paths import cache_dir, model_cache_dir
 
     def say(msg: str) -> None:
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     if args.json is not None:
         out: dict[str, object] = {"cpu": cpu_name(), "speeds": [asdict(s) for s in speeds]}
-        out |= {"chosen": best.label}
+        out |= {"chosen": best.label, "why": why(spec, best.engine, cache_dir())}
         out |= {"reads": reads}
         args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     return 0

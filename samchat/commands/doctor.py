@@ -89,18 +89,28 @@ def _llamacpp_rows() -> list[tuple[str, str]]:
 
 
 def _chosen_row() -> tuple[str, str]:
-    """What the app and serve decode the default model on: the engine and format measured
-    fastest here, once measured."""
+    """What the app and serve decode config.toml's model (the default one) on, and why: the
+    engine and format measured fastest here, once measured."""
     from samchat import paths
-    from samchat.models.engine_choice import kept
-    from samchat.models.loader import ModelSpec
+    from samchat.chat.config import ConfigError, load_config
+    from samchat.models.engine_choice import kept, left_to_auto, refusals, why
+    from samchat.models.loader import ModelSpec, choose_engine
 
-    speeds = kept(paths.cache_dir(), ModelSpec())
-    if not speeds:
-        return ("engine (app, serve)", "as auto: not compared yet (samchat bench engines)")
+    try:
+        spec = load_config().model_spec()
+    except ConfigError:
+        spec = ModelSpec()
+    speeds = kept(paths.cache_dir(), spec)
+    if not speeds or not left_to_auto(spec):
+        try:
+            engine = choose_engine(spec)
+        except SamchatError as exc:
+            engine = f"unknown ({exc})"
+        return ("engine (app, serve)", f"{engine}, {why(spec, engine, paths.cache_dir())}")
     best = min(speeds, key=lambda s: s.ms_per_token)
     times = ", ".join(f"{s.label} {s.ms_per_token:.1f} ms" for s in speeds)
-    return ("engine (app, serve)", f"{best.label}, measured fastest here ({times} per token)")
+    no = "".join(f"; {r.engine} refused: {r.reason}" for r in refusals(paths.cache_dir(), spec))
+    return ("engine (app, serve)", f"{best.label}, measured fastest here ({times} per token){no}")
 
 
 def _pinned_rows(cache: Path) -> list[tuple[str, str]]:

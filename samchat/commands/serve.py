@@ -73,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     from samchat.engines.engine_thread import ENGINE_THREAD
     from samchat.models import load_model
     from samchat.models.catalog import recent_file
-    from samchat.models.engine_choice import preferred
+    from samchat.models.engine_choice import preferred, why
+    from samchat.models.engine_trial import Trial
     from samchat.serve.server import ServeOptions, bind, is_loopback, serve
     from samchat.store import Store
 
@@ -91,8 +92,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         with Store.open(store_path(args)) as store:  # created or migrated now
             db_path = store.path
-        # The engine and format measured fastest here (samchat bench engines), where left to auto.
-        spec = preferred(spec_from_args(args, config), paths.cache_dir())
+        # The engine and format measured fastest here, where left to auto; with no record yet,
+        # measured between requests after the first answer (server.Answering).
+        named = spec_from_args(args, config)
+        spec = preferred(named, paths.cache_dir())
         # Loaded, and later decoded, on one engine thread (engine_thread.py says why). A Ctrl-C
         # meanwhile ends the process at once: the load goes on in C on that thread.
         ENGINE_THREAD.start()
@@ -109,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
             interrupts.say_cancelled()
             interrupts.exit_now(interrupts.EXIT_INTERRUPTED)
             raise
+        lm.engine_note = why(named, lm.engine, paths.cache_dir())
+        lm.trial = Trial.owed(named, paths.cache_dir(), lm)
+        print(f"[engine {lm.engine}: {lm.engine_note}]", file=sys.stderr, flush=True)
         options = ServeOptions(args.host, args.port, args.api_key, args.save, decoding)
         stopped = serve(lm, sock, options, db_path, paths.cache_dir())
     finally:

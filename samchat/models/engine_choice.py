@@ -1,7 +1,8 @@
 """Which engine and weight format decode a GGUF model fastest on this machine: measured once
-(`samchat bench engines`; `make setup` does it for the bundled model), kept, and taken by the
-app and `serve` where the engine and dtype are left to auto. A one-shot `ask` keeps llama.cpp,
-which starts sooner than torch imports.
+(`samchat bench engines`, which `make setup` runs for the bundled model; the app and `serve`
+measure any other after its first answer: engine_trial.py), kept, and taken by the app and
+`serve` where the engine and dtype are left to auto. A one-shot `ask` keeps llama.cpp, which
+starts sooner than torch imports.
 
 The measure is what the user waits for per token: one-token steps through the engine, after
 a prompt, with the greedy choice of each step. Each engine's verification costs are measured
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -21,9 +23,11 @@ from pathlib import Path
 from samchat.engines.registry import GGUF_CPU_CANDIDATES, resolve
 from samchat.errors import EngineDeclinedError, SamchatError
 from samchat.models.catalog import is_gguf
-from samchat.models.loader import ModelSpec
+from samchat.models.loader import LoadedModel, ModelSpec
 
 STEPS = 24  # one-token steps timed per candidate (after as many to warm up)
+# Fewer steps, for tests of the measurement (its figures then mean little).
+STEPS_ENV = "SAMCHAT_ENGINE_STEPS"
 _PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
 Say = Callable[[str], None]
@@ -38,7 +42,28 @@ class EngineSpeed:
 
     @property
     def label(self) -> str:
-        return self.engine if self.dtype == "auto" else f"{self.engine}/{self.dtype}"
+        return label(self.engine, self.dtype)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A candidate that was not timed: it cannot run the file here, or would not fit."""
+
+    engine: str
+    dtype: str
+    reason: str
+
+
+def label(engine: str, dtype: str) -> str:
+    return engine if dtype == "auto" else f"{engine}/{dtype}"
+
+
+def steps() -> int:
+    """One-token steps timed per candidate: STEPS, or STEPS_ENV's number."""
+    try:
+        return max(1, int(os.environ.get(STEPS_ENV, "")))
+    except ValueError:
+        return STEPS
 
 
 def gguf_file(spec: ModelSpec) -> Path | None:
@@ -95,6 +120,18 @@ def _read(record: Path) -> list[EngineSpeed]:
     return speeds
 
 
+def refusals(cache_dir: Path, spec: ModelSpec) -> list[Refusal]:
+    """The candidates the kept measurement of spec's file could not time, and why."""
+    path = gguf_file(spec)
+    if path is None:
+        return []
+    try:
+        raw = json.loads(record_path(cache_dir, path).read_text(encoding="utf-8"))
+        return [Refusal(**item) for item in raw.get("refused", [])]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+
+
 def kept(cache_dir: Path, spec: ModelSpec) -> list[EngineSpeed] | None:
     """The kept measurement for spec's GGUF file on this machine, if any (a damaged record
     counts as none); one kept before the flat engine had its own name is kept again under
@@ -115,13 +152,18 @@ def kept(cache_dir: Path, spec: ModelSpec) -> list[EngineSpeed] | None:
     return speeds
 
 
+def left_to_auto(spec: ModelSpec) -> bool:
+    """spec leaves the engine and format to samchat, on the CPU."""
+    if spec.engine != "auto" or spec.dtype != "auto" or spec.quantize or spec.cuda_graphs:
+        return False
+    return spec.device in ("auto", "cpu")
+
+
 def preferred(spec: ModelSpec, cache_dir: Path) -> ModelSpec:
     """spec on the engine and format measured fastest for it here, where it leaves them to
     auto on the CPU; spec itself otherwise (nothing kept, or a choice made on the command
     line or in config.toml)."""
-    if spec.engine != "auto" or spec.dtype != "auto" or spec.quantize or spec.cuda_graphs:
-        return spec
-    if spec.device not in ("auto", "cpu"):
+    if not left_to_auto(spec):
         return spec
     speeds = kept(cache_dir, spec)
     if not speeds:
@@ -132,30 +174,47 @@ def preferred(spec: ModelSpec, cache_dir: Path) -> ModelSpec:
     return replace(spec, engine=best.engine, dtype=best.dtype, auto_engine=True)
 
 
-def _time_steps(spec: ModelSpec, cache_dir: Path, say: Say) -> EngineSpeed:
-    """One-token steps on spec's engine, then its verification costs measured and kept in
-    cache_dir (as a session keeps them), so a first reply on it drafts at once."""
+def time_steps(
+    lm: LoadedModel,
+    candidate: tuple[str, str],
+    cache_dir: Path,
+    count: int,
+    cancelled: Callable[[], bool] | None = None,
+) -> EngineSpeed:
+    """The median of `count` one-token steps on an engine of lm's own (after as many to warm
+    up), after a prompt; `cancelled()` true stops it between steps (MeasurementCancelled)."""
     import numpy as np
 
-    from samchat.models import load_model
+    from samchat.engines.costs import MeasurementCancelled
 
-    lm = load_model(spec, progress=say)
     engine = lm.kind.open(lm, cache_dir)
     ids = list(lm.tokenizer(_PROMPT, add_special_tokens=False)["input_ids"])
     logits = engine.prefill(ids, logits=1)
     assert logits is not None
     token = int(np.argmax(logits[-1]))
     times: list[float] = []
-    for step in range(2 * STEPS):
+    for step in range(2 * count):
+        if cancelled is not None and cancelled():
+            raise MeasurementCancelled("the engines' measurement gave way")
         start = engine.length
         t0 = time.perf_counter()
         row = engine.forward([token])
         token = int(np.argmax(row[0]))
         engine.commit(start, [0])
-        if step >= STEPS:
+        if step >= count:
             times.append(time.perf_counter() - t0)
-    meter = engine.meter
-    speed = EngineSpeed(spec.engine, spec.dtype, 1000 * statistics.median(times), meter.describe())
+    ms = 1000 * statistics.median(times)
+    return EngineSpeed(candidate[0], candidate[1], ms, engine.meter.describe())
+
+
+def _time_steps(spec: ModelSpec, cache_dir: Path, say: Say) -> EngineSpeed:
+    """One-token steps on spec's engine, then its verification costs measured and kept in
+    cache_dir (as a session keeps them), so a first reply on it drafts at once."""
+    from samchat.models import load_model
+
+    lm = load_model(spec, progress=say)
+    speed = time_steps(lm, (spec.engine, spec.dtype), cache_dir, steps())
+    meter = lm.kind.open(lm, cache_dir).meter
     if meter.cached_cost_curve() is None:
         say(f"{speed.label}: timing drafts of 1-64 tokens (once)")
     try:
@@ -175,28 +234,56 @@ def measure(spec: ModelSpec, cache_dir: Path, say: Say) -> list[EngineSpeed]:
             f"{spec.source} is not a GGUF file; the engines are compared on GGUF models"
         )
     speeds: list[EngineSpeed] = []
+    refused: list[Refusal] = []
     for engine, dtype in GGUF_CPU_CANDIDATES:
         candidate = replace(spec, engine=engine, dtype=dtype)
         try:
             choose_engine(candidate)
-        except SamchatError as exc:
-            say(f"{engine}/{dtype}: skipped ({exc})")
-            continue
-        try:
             speeds.append(_time_steps(candidate, cache_dir, say))
         except EngineDeclinedError as exc:  # a file the flat engine cannot compute exactly, or fit
-            say(f"{engine}/{dtype}: skipped ({exc})")
+            say(f"{label(engine, dtype)}: skipped ({exc})")
+            refused.append(Refusal(engine, dtype, str(exc)))
+        except SamchatError as exc:  # an engine not installed, say
+            say(f"{label(engine, dtype)}: skipped ({exc})")
+            refused.append(Refusal(engine, dtype, str(exc)))
     if not speeds:
         raise SamchatError("no engine can run this model here")
-    keep(cache_dir, path, speeds)
+    keep(cache_dir, path, speeds, refused)
     return speeds
 
 
-def keep(cache_dir: Path, path: Path, speeds: list[EngineSpeed]) -> Path:
+def keep(
+    cache_dir: Path, path: Path, speeds: list[EngineSpeed], refused: list[Refusal] | None = None
+) -> Path:
     """Keeps the measurement of the GGUF file at path (atomically: a reader never sees half)."""
     out = record_path(cache_dir, path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"speeds": [asdict(s) for s in speeds]}, indent=1) + "\n")
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    record = {"speeds": [asdict(s) for s in speeds], "refused": [asdict(r) for r in refused or []]}
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
     tmp.replace(out)
     return out
+
+
+def why(spec: ModelSpec, running: str, cache_dir: Path | None) -> str:
+    """Why the model named by spec runs on the engine named `running`, in a few words (the
+    status bar, doctor, serve's log and the benchmarks' JSON)."""
+    if not left_to_auto(spec):
+        return "asked for with --engine/--dtype or config.toml"
+    if gguf_file(spec) is None:
+        return "the engine for this model (not a GGUF file)"
+    speeds = kept(cache_dir, spec) if cache_dir is not None else None
+    if speeds is None:
+        return "not measured yet: measuring after the first answer"
+    refused = refusals(cache_dir, spec) if cache_dir is not None else []
+    others = [r for r in refused if r.engine != running]
+    no = "".join(f"; {label(r.engine, r.dtype)} refused: {r.reason}" for r in others)
+    if not speeds:
+        return f"no engine measured here{no}"
+    best = min(speeds, key=lambda s: s.ms_per_token)
+    rest = [s for s in speeds if s is not best]
+    vs = " vs " + ", ".join(f"{s.label} {s.ms_per_token:.1f}" for s in rest) if rest else ""
+    head = f"measured fastest here: {best.label} {best.ms_per_token:.1f} ms/token{vs}"
+    if best.engine != running:  # the load declined it (a newer file, too little memory)
+        head = f"{best.label} measured fastest here, but it did not load"
+    return head + no

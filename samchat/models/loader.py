@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from samchat.engines.costs.cache import CurveMemo
 from samchat.engines.registry import (
@@ -52,6 +53,9 @@ from samchat.paths import model_cache_dir
 from samchat.sources import is_remote
 from samchat.tokenizer import Tokenizer
 
+if TYPE_CHECKING:
+    from samchat.models.engine_trial import Trial
+
 Progress = Callable[[str], None]
 
 
@@ -93,6 +97,10 @@ class LoadedModel:
     steps: StepMode = "dynamic"
     # The cost curves measured for these weights, shared by every engine made from them.
     curves: CurveMemo = field(default_factory=CurveMemo, compare=False, repr=False)
+    # Why it runs on this engine, as the front end that loaded it says (engine_choice.why);
+    # and the engines' measurement owed for it, which that front end runs after an answer.
+    engine_note: str = field(default="", compare=False)
+    trial: Trial | None = field(default=None, compare=False, repr=False)
 
     @property
     def device_type(self) -> str:

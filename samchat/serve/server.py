@@ -1,4 +1,6 @@
-"""`samchat serve`'s process: the socket, the static index, the engine thread and uvicorn."""
+"""`samchat serve`'s process: the socket, the static index, the engine thread and uvicorn; and
+the engine thread's work between requests (the engines measured for a model with no record,
+then this machine's costs timed), which gives way to a request."""
 
 from __future__ import annotations
 
@@ -19,11 +21,12 @@ import uvicorn
 from samchat.errors import SamchatError
 from samchat.serve.app import ServeApp
 from samchat.serve.history import History
-from samchat.serve.worker import EngineWorker, Idle
+from samchat.serve.worker import EngineWorker
 
 if TYPE_CHECKING:
     from samchat.chat.generator import Generator
     from samchat.decoding.params import DecodingConfig
+    from samchat.models.engine_trial import Trial
     from samchat.models.loader import LoadedModel
 
 # Seconds the server waits for open connections at shutdown: in-flight replies are cancelled
@@ -107,27 +110,74 @@ def _nothing() -> None:
     pass
 
 
-def _timer(generator: Generator) -> Idle:
-    """The engine thread's idle work: time this machine once, after a plain first reply."""
-    from samchat.engines.costs import MeasurementCancelled
+def _say(text: str) -> None:
+    print(f"[{text}]", file=sys.stderr, flush=True)
 
-    def time_machine(wanted: Callable[[], bool]) -> None:
+
+class Answering:
+    """The generator requests are answered by: another one once the engines measured after
+    the first answer find a faster one (between requests, where the API stays the same)."""
+
+    def __init__(self, generator: Generator) -> None:
+        self.generator = generator
+        self.trial = generator.lm.trial  # owed by the model loaded at start, if anything
+
+    def idle(self, wanted: Callable[[], bool]) -> None:
+        """The engine thread's idle work: the engines measured once (a model with no record),
+        then this machine timed once, after a plain first reply."""
+        if self.trial is not None:
+            self._measure(self.trial, wanted)
+        else:
+            self._time_machine(wanted)
+
+    def _measure(self, trial: Trial, wanted: Callable[[], bool]) -> None:
+        from samchat.chat.generator import Generator
+        from samchat.engines.costs import MeasurementCancelled
+        from samchat.models.engine_choice import why
+
+        lm = self.generator.lm
+        _say("measuring the engines on this CPU once, between requests")
+        try:
+            result = trial.run(lm, wanted, lambda _: None)
+        except MeasurementCancelled:
+            _say("measuring paused for a request; it starts again when idle")
+            return
+        except SamchatError as exc:  # not tried again: the model stays on its engine
+            _say(f"measuring the engines failed: {exc}")
+            self.trial = lm.trial = None
+            return
+        self.trial = lm.trial = None
+        faster = result.faster
+        note = why(trial.spec, faster.engine if faster else lm.engine, trial.cache_dir)
+        if faster is None:
+            _say(f"{lm.engine} stays: {note}")
+        elif faster.context_limit != lm.context_limit:  # the routes answer with lm's limit
+            _say(f"{faster.engine} from the next start: {note}")
+        else:
+            old = self.generator
+            self.generator = Generator(
+                faster, old.decoding, old.indexer, old.cost_curve, old.cache_dir, False
+            )
+            self.generator.prepare()
+            faster.engine_note = note
+            _say(f"replies now run on {faster.engine}: {note}")
+
+    def _time_machine(self, wanted: Callable[[], bool]) -> None:
+        from samchat.engines.costs import MeasurementCancelled
+
+        generator = self.generator
         if not generator.curve_missing():
             return
-        print("[timing drafts on this CPU once, between requests]", file=sys.stderr, flush=True)
+        _say("timing drafts on this CPU once, between requests")
         try:
             generator.measure_cost_curve(wanted)
         except MeasurementCancelled:
-            print(
-                "[timing paused for a request; it resumes when idle]", file=sys.stderr, flush=True
-            )
+            _say("timing paused for a request; it resumes when idle")
             return
         except SamchatError as exc:  # replies stay plain, and the next idle spell tries again
-            print(f"[timing drafts failed: {exc}]", file=sys.stderr, flush=True)
+            _say(f"timing drafts failed: {exc}")
             return
-        print("[timed: replies draft from now on]", file=sys.stderr, flush=True)
-
-    return time_machine
+        _say("timed: replies draft from now on")
 
 
 def serve(
@@ -159,8 +209,9 @@ def serve(
         ENGINE_THREAD.run(generator.prepare)  # the model's threads are the engine thread's
         poke = indexer.poke if indexer is not None else _nothing  # None: a model without tokenizer
         history = History(db_path, lm.name, poke) if options.save else None
+        answering = Answering(generator)
         worker = EngineWorker(
-            lambda m, p, c: generator.session().generate(m, p, c), history, _timer(generator)
+            lambda m, p, c: answering.generator.session().generate(m, p, c), history, answering.idle
         )
         worker.start()
         app = ServeApp(worker, lm.name, lm.context_limit, options.api_key).starlette()
@@ -175,5 +226,7 @@ def serve(
             stopped = worker.stop(timeout=STOP_WAIT_S)
         if indexer is not None:
             indexer.stop(timeout=STOP_WAIT_S)
+        if lm.trial is not None:  # the child preparing weights for it ends now
+            lm.trial.close()
         sock.close()
     return stopped

@@ -34,6 +34,7 @@ from samchat.tui.screens.settings import SettingsScreen
 from samchat.tui.states import DataState, ModelState
 from samchat.tui.themes import PROVENANCE_DEFAULTS, install_themes
 from samchat.tui.worker_messages import (
+    EngineSwitch,
     IndexProgress,
     ModelFailed,
     ModelLoaded,
@@ -73,8 +74,7 @@ class SamchatApp(App[None]):
         cost_curve: CostCurve | None = None,
         cache_dir: Path | None = None,
     ) -> None:
-        """spec: the model to load, as the command line and config.toml give it
-        (`cli_options.spec_from_args`); without one, config.toml's."""
+        """spec: the model to load (`cli_options.spec_from_args`); none: config.toml's."""
         super().__init__()
         self.settings = UserSettings(config_path, config)
         self.cfg = self.settings.cfg
@@ -88,9 +88,8 @@ class SamchatApp(App[None]):
         self.lm: Model | None = lm
         self.generator: Replies | None = None
         self.indexer: BackgroundIndexer | None = None  # the loaded model's static index
-        # The model to load as the user named it (engine and format may be left to auto, and
-        # are resolved at each load), then the one the user picked: the model screen starts
-        # from it.
+        # The model as the user named it or picked it (engine and format may be left to auto,
+        # resolved at each load): the model screen starts from it.
         self.spec = spec if spec is not None else self.cfg.model_spec()
         self.autoload_model = autoload_model
         self.model_state = ModelState.NONE
@@ -207,8 +206,7 @@ class SamchatApp(App[None]):
     def on_unmount(self) -> None:
         self.chat.conversation.replies.stop_all()
         if self.indexer is not None:
-            # Its thread stops at its next step; a quit does not wait out a long one (a sync
-            # is a transaction, and a segment is published only whole).
+            # It stops at its next step, never halfway (a sync is one transaction).
             self.indexer.stop(timeout=QUIT_WAIT_S)
 
     # -- model loading -------------------------------------------------------------------------
@@ -259,6 +257,10 @@ class SamchatApp(App[None]):
             self.cfg.model, self.cfg.device = spec.source or "", spec.device
             self.cfg.engine, self.cfg.dtype = spec.engine, spec.dtype
             self.save_settings()
+
+    def on_engine_switch(self, msg: EngineSwitch) -> None:
+        self._adopt_model(msg.generator.lm, msg.generator, self.indexer)
+        self.notify(msg.notice, title="Engine", timeout=8)
 
     def on_model_failed(self, msg: ModelFailed) -> None:
         self.model_state = ModelState.FAILED if self.lm is None else ModelState.READY

@@ -263,11 +263,14 @@ def summary(runs: list[Run]) -> list[dict[str, object]]:
     return rows
 
 
-def write_json(path: Path, cpu: str, spec: ModelSpec, runs: list[Run]) -> None:
+def write_json(
+    path: Path, cpu: str, spec: ModelSpec, runs: list[Run], engine_why: str = ""
+) -> None:
     data = {
         "cpu": cpu,
         "threads": os.cpu_count(),
         "engine": f"{spec.engine}/{spec.dtype}",
+        "engine_why": engine_why,  # engine_choice.why: measured fastest, asked for, ...
         "summary": summary(runs),
         "runs": [asdict(r) for r in runs],
     }

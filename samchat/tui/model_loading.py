@@ -1,6 +1,7 @@
 """The body of the app's model worker: the model opened as asked (on the engine measured
-fastest here where the engine is left to auto), its static indexer started and its replies'
-generator prepared, posted back to the app as ModelLoaded or ModelFailed."""
+fastest here where the engine is left to auto; with no record yet, the engines are measured
+after its first answer), its static indexer started and its replies' generator prepared,
+posted back to the app as ModelLoaded or ModelFailed."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from samchat.chat.documents import start_indexer
 from samchat.chat.generator import make_generator
 from samchat.chat.opening import open_model
 from samchat.errors import SamchatError
-from samchat.models.engine_choice import preferred
+from samchat.models.engine_choice import preferred, why
+from samchat.models.engine_trial import Trial
+from samchat.models.loader import LoadedModel
 from samchat.tui.worker_messages import (
     IndexProgress,
     ModelFailed,
@@ -82,6 +85,9 @@ def load(
     except Exception as exc:
         post(ModelFailed(f"could not load the model: {type(exc).__name__}: {exc}"))
         return
+    if isinstance(lm, LoadedModel):  # the status bar says why; the reply worker measures
+        lm.engine_note = why(spec, lm.engine, cache_dir)
+        lm.trial = Trial.owed(spec, cache_dir, lm)
     indexer = start_static_indexer(post, lm, db_path)
     # Replies draft on the machine's kept cost curve (make setup measures the default model's);
     # where none is kept yet, the first reply decodes plainly and the machine is timed after.

@@ -1,5 +1,5 @@
-"""The chat screen's status line: the model, the decoding method, the chat's documents and what
-the conversation is doing."""
+"""The chat screen's status line: the model (and why it runs on its engine), the decoding method,
+the chat's documents and what the conversation is doing."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def status_line(host: ChatHost, docs: ChatDocuments, conversation: Conversation)
     lm = host.lm
     if host.model_state == ModelState.READY and lm is not None:
         runs = " ".join(p for p in (lm.engine, lm.dtype) if p)
-        parts.append(f"model {lm.name} ({runs}, {lm.device})")
+        note = getattr(lm, "engine_note", "")  # none for a remote model
+        parts.append(f"model {lm.name} ({runs}, {lm.device})" + (f" [{note}]" if note else ""))
     elif host.model_state == ModelState.LOADING:
         parts.append(f"loading model… {host.model_progress}".rstrip())
     elif host.model_state == ModelState.FAILED:
@@ -41,6 +42,9 @@ def status_line(host: ChatHost, docs: ChatDocuments, conversation: Conversation)
         parts.append("your prompt waits for the model…")
     elif timing:
         parts.append("timing drafts on this CPU (once; replies draft after it; esc stops)…")
+    elif conversation.replies.measuring and conversation.replies.job is None:
+        doing = conversation.replies.measuring
+        parts.append(f"measuring the engines on this CPU ({doing}; a prompt goes first)…")
     elif conversation.replies.job is not None:
         parts.append("generating… (esc stops)")
     return " · ".join(parts)

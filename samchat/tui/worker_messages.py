@@ -15,7 +15,7 @@ from samchat.chat.reply_feed import ReplyFeed
 from samchat.tui.widgets.message_view import MessageView
 
 if TYPE_CHECKING:
-    from samchat.chat.generator import Replies
+    from samchat.chat.generator import Generator, Replies
     from samchat.chat.opening import Model
     from samchat.chat.service import PendingReply, ReplyRecord
     from samchat.corpus.indexing import BackgroundIndexer
@@ -56,6 +56,23 @@ class CurveTiming(Message, bubble=False):
     """The reply worker times this machine's verification costs (True), or is done (False)."""
 
     busy: bool
+
+
+@dataclass
+class EngineTrial(Message, bubble=False):
+    """The reply worker measures the engines for this model (busy; what it does), or is done."""
+
+    busy: bool
+    doing: str = ""
+
+
+@dataclass
+class EngineSwitch(Message):
+    """The engines were measured after an answer, and another one is faster: replies come
+    from `generator` (on the model loaded on it) from the next one on."""
+
+    generator: Generator
+    notice: str
 
 
 @dataclass

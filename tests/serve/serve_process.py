@@ -17,6 +17,7 @@ from typing import Any
 import openai
 import pytest
 
+from samchat.models.engine_choice import STEPS_ENV
 from tests.homes import share_costs
 
 READY_S = 300  # model load and cost-curve measurement on a busy machine
@@ -34,6 +35,9 @@ def home_env(home: Path) -> dict[str, str]:
     (module-scoped servers start before the per-test directories are set)."""
     env = dict(os.environ)
     env["HF_HUB_OFFLINE"] = "1"
+    # A server on a GGUF with no engine record measures the engines after its first answer:
+    # with few steps, so that it takes the test's time only briefly.
+    env.setdefault(STEPS_ENV, "2")
     for name in ("DATA", "CACHE", "CONFIG"):
         env[f"SAMCHAT_{name}_DIR"] = str(home / name.lower())
     share_costs(home / "cache")

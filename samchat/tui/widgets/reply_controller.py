@@ -1,6 +1,7 @@
 """A conversation's replies, apart from its view: the reply streaming now (from this widget's
 own worker, shown once a frame from the job's feed), the one that waits for the model, the
-timing of this machine after a plain first reply, and saving each reply when it ends. It posts
+engines' measurement after a first answer (a new prompt goes first), the timing of this
+machine after a plain first reply, and saving each reply when it ends. It posts
 Changed (the status follows) and Settled (a reply was saved and shown) to the screen."""
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from samchat.tui.states import ModelState
 from samchat.tui.widgets.message_view import MessageView
 from samchat.tui.worker_messages import (
     CurveTiming,
+    EngineTrial,
     ReplyFailed,
     ReplyFinished,
     ReplyJob,
@@ -83,6 +85,8 @@ class ReplyController(Widget):
         self.pending: ReplyJob | None = None  # a reply waiting for the model
         self.timing = False  # this machine's costs are being measured (after a first reply)
         self.timing_stop = threading.Event()  # Esc, or a new prompt: the timing gives way
+        self.measuring = ""  # what the engines' measurement does now ("": none runs)
+        self.trial_stop = threading.Event()  # a new prompt, Esc or quit: it gives way
         self.last_live: LiveStats | None = None
         self._frames: Timer | None = None  # shows the streaming reply once a frame
 
@@ -124,6 +128,8 @@ class ReplyController(Widget):
             self.pending = job
             self.post_message(self.Changed())
             return
+        if self.measuring:  # it gives way within a step; this reply then runs
+            self.trial_stop.set()
         job.live = LiveStats(time.perf_counter())
         job.reply.model = generator.lm.name
         self.job = job
@@ -141,6 +147,9 @@ class ReplyController(Widget):
         if self.timing:  # a prompt waiting for it goes as soon as it has stopped
             self.timing_stop.set()
             return
+        if self.measuring:  # the next answer measures again
+            self.trial_stop.set()
+            return
         if self.pending is not None:
             job, self.pending = self.pending, None
             self.call_later(self._drop_pending, job)
@@ -151,6 +160,10 @@ class ReplyController(Widget):
         if self.job is not None:
             self.job.cancel.set()
         self.timing_stop.set()
+        self.trial_stop.set()
+        trial = getattr(self.host.lm, "trial", None)  # the child preparing weights ends too
+        if trial is not None:
+            trial.close()
 
     async def _drop_pending(self, job: ReplyJob) -> None:
         if job.view.is_attached:
@@ -174,6 +187,7 @@ class ReplyController(Widget):
                 sampling,
                 lambda: worker.is_cancelled,
                 lambda: worker.is_cancelled or self.timing_stop.is_set(),
+                self.trial_stop,
             )
         )
 
@@ -200,6 +214,10 @@ class ReplyController(Widget):
         self.timing = msg.busy
         if not msg.busy:
             self.model_ready()  # a prompt that waited is answered now
+        self.post_message(self.Changed())
+
+    def on_engine_trial(self, msg: EngineTrial) -> None:
+        self.measuring = (msg.doing or "measuring") if msg.busy else ""
         self.post_message(self.Changed())
 
     def on_reply_reading(self, msg: ReplyReading) -> None:
