@@ -26,13 +26,42 @@ class TextDelta:
 
 
 @dataclass(frozen=True)
+class HostTimes:
+    """A step's seconds on the host, outside the engine's forward, by what they went to."""
+
+    draft: float = 0.0  # the selector and the drafters' proposals
+    tree: float = 0.0  # a tree draft's verification layout
+    accept: float = 0.0  # walking the model's choices, committing the path to the cache
+    learn: float = 0.0  # statistics: cost tracker, acceptance rates, automata, recycling table
+    emit: float = 0.0  # the committed tokens as text: detokenizing, stop strings
+
+    PARTS = ("draft", "tree", "accept", "learn", "emit")
+
+    @property
+    def total(self) -> float:
+        return self.draft + self.tree + self.accept + self.learn + self.emit
+
+    @property
+    def per_step(self) -> float:
+        """What drafting a step costs the host beyond the tokens it commits: all but `emit`,
+        which every committed token pays alike, drafted or not."""
+        return self.total - self.emit
+
+    def parts(self) -> dict[str, float]:
+        return {name: float(getattr(self, name)) for name in self.PARTS}
+
+
+@dataclass(frozen=True)
 class StepStats:
-    """One verification forward."""
+    """One verification step: `forward_s` from the verification's start to its commit to the
+    cache, `engine_s` of it in the engine's forward, `host` the step's other seconds."""
 
     drafter: DraftSource
     draft_size: int  # draft nodes verified (0 for a plain step)
     accepted: int  # draft tokens accepted (the bonus token not counted)
     forward_s: float
+    engine_s: float = 0.0
+    host: HostTimes = HostTimes()
 
 
 @dataclass(frozen=True)
@@ -52,6 +81,14 @@ class PrefillProgress:
     total: int
 
 
-__all__ = ["Event", "PrefillProgress", "ReplyDone", "ReplyStats", "StepStats", "TextDelta"]
+__all__ = [
+    "Event",
+    "HostTimes",
+    "PrefillProgress",
+    "ReplyDone",
+    "ReplyStats",
+    "StepStats",
+    "TextDelta",
+]
 
 Event = TextDelta | StepStats | ReplyDone | PrefillProgress
