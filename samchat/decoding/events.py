@@ -4,6 +4,7 @@ committed, per-step and per-reply statistics (ReplyStats, from samchat.figures).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from samchat.figures import ReplyStats  # the reply's figures: the record every layer shares
 from samchat.names import DraftSource
@@ -25,17 +26,15 @@ class TextDelta:
         return len(self.token_ids) or len(self.sources)
 
 
-@dataclass(frozen=True)
-class HostTimes:
-    """A step's seconds on the host, outside the engine's forward, by what they went to."""
+class HostTimes(NamedTuple):
+    """A step's seconds on the host, outside the engine's forward, by what they went to (a
+    tuple: one is made every step)."""
 
     draft: float = 0.0  # the selector and the drafters' proposals
     tree: float = 0.0  # a tree draft's verification layout
     accept: float = 0.0  # walking the model's choices, committing the path to the cache
     learn: float = 0.0  # statistics: cost tracker, acceptance rates, automata, recycling table
     emit: float = 0.0  # the committed tokens as text: detokenizing, stop strings
-
-    PARTS = ("draft", "tree", "accept", "learn", "emit")
 
     @property
     def total(self) -> float:
@@ -48,7 +47,10 @@ class HostTimes:
         return self.total - self.emit
 
     def parts(self) -> dict[str, float]:
-        return {name: float(getattr(self, name)) for name in self.PARTS}
+        return self._asdict()
+
+
+NO_HOST_TIMES = HostTimes()  # a step whose host time was not measured
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class StepStats:
     accepted: int  # draft tokens accepted (the bonus token not counted)
     forward_s: float
     engine_s: float = 0.0
-    host: HostTimes = HostTimes()
+    host: HostTimes = NO_HOST_TIMES
 
 
 @dataclass(frozen=True)

@@ -163,8 +163,13 @@ class HostCosts:
         t1 = self._t1
         plain = self.plain_seconds()
         unit = t1 + plain  # a plain step, engine and host
+        a = b = share = 0.0
+        line = self._lines.get(kind)
+        if line is not None and line.s0 > 0.0:
+            a, b = line.fit()
+            share = line.s0 / (line.s0 + PRIOR_STEPS)
         table = [
-            (curve.rel(n) * t1 + plain + self.seconds(kind, n)) / unit
+            (curve.rel(n) * t1 + plain + max(0.0, a + b * n - plain) * share) / unit
             for n in range(curve.max_inputs + 1)
         ]
         return PricedCurve(curve, table)
