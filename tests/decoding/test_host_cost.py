@@ -130,7 +130,7 @@ def test_a_drafter_slow_on_the_host_is_chosen_less(default_lm: Any) -> None:
     reference, _ = _replies(plain, 1, tokens)
     t1 = (time.perf_counter() - t0) / max(1, len(reference[0]))
     counts = {}
-    for name, delay in (("fast", 0.0), ("slow", min(1.0, 30 * t1))):
+    for name, delay in (("fast", 0.0), ("slow", 30 * t1)):
         curve = CostCurve(dict(DEFAULT_CPU))  # refined from this run's own steps
         session = ChatSession(default_lm, DecodingConfig(method="tr"), cost_curve=curve)
         script = list(range(1000, 1100))
