@@ -102,6 +102,7 @@ class HostCosts:
     def __init__(self) -> None:
         self._lines: dict[str, _Line] = {}
         self._t1 = 0.0  # the one-token forward's seconds (engine only), running
+        self._t1_seen = False  # a one-row forward was timed
         self._since = 0
         self._priced: dict[str, PricedCurve] = {}
         self._base: CostCurve | None = None
@@ -113,8 +114,12 @@ class HostCosts:
     def record(self, kind: str, n_inputs: int, host_s: float, engine_s: float, rel: float) -> None:
         """One step of `kind` verified `n_inputs` rows in `engine_s` (`rel` one-token forwards
         on the curve) and spent `host_s` on the host beyond emitting its text."""
-        if engine_s > 0.0 and rel > 0.0:
+        # One-row forwards time t1 themselves; until one is seen, a step's forward over its
+        # cost on the curve stands in (a curve that underprices wide rows overstates it).
+        if engine_s > 0.0 and rel > 0.0 and (n_inputs == 1 or not self._t1_seen):
             t1 = engine_s / rel
+            if n_inputs == 1 and not self._t1_seen:
+                self._t1_seen, self._t1 = True, t1
             self._t1 = t1 if self._t1 == 0.0 else 0.9 * self._t1 + 0.1 * t1
         line = self._lines.get(kind)
         if line is None:
