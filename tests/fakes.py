@@ -6,6 +6,7 @@ is tested on the real model."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -162,6 +163,7 @@ class FakeDrafter(Drafter):
     every draft is accepted). Without, it proposes from the start each time.
     `match` is what match_len() says (tests change it between steps); `expected` is the
     tokens a draft of 8 nodes is expected to get accepted, in proportion for other sizes.
+    `delay`: seconds each proposal takes (a drafter slow on the host, on purpose).
     `asked` records the size of each proposal asked for, `feedbacks` each feedback()."""
 
     def __init__(
@@ -175,6 +177,7 @@ class FakeDrafter(Drafter):
         tree_sizes: Sequence[int] = (),
         expected: float = 0.0,
         vocab: int = 49152,
+        delay: float = 0.0,
     ) -> None:
         self.name = name
         self.tokens = list(tokens)
@@ -184,6 +187,7 @@ class FakeDrafter(Drafter):
         self.sizes = tuple(tree_sizes)
         self.expected = expected
         self.vocab = vocab
+        self.delay = delay
         self.pos = 0
         self.asked: list[int] = []
         self.feedbacks: list[int] = []
@@ -203,6 +207,8 @@ class FakeDrafter(Drafter):
 
     def propose(self, max_nodes: int) -> DraftTree | None:
         self.asked.append(max_nodes)
+        if self.delay:
+            time.sleep(self.delay)
         seq = self.tokens[self.pos : self.pos + max_nodes]
         if not seq:
             return None

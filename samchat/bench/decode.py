@@ -493,6 +493,11 @@ class DecodeBench:
                 d = event.drafter
                 run.steps_by[d] = run.steps_by.get(d, 0) + 1
                 run.committed_by[d] = run.committed_by.get(d, 0) + event.accepted + 1
+                run.engine_s_by[d] = run.engine_s_by.get(d, 0.0) + event.engine_s
+                host = event.host
+                run.host_s_by[d] = run.host_s_by.get(d, 0.0) + host.total
+                for part, seconds in host.parts().items():
+                    run.host_parts[part] = run.host_parts.get(part, 0.0) + seconds
             elif isinstance(event, ReplyDone):
                 run.cost += reply_cost(self._curves[key], event.stats.prompt_tokens, sizes)
                 steps = event.stats.steps

@@ -36,6 +36,14 @@ class DrafterFigures(TypedDict, total=False):
     steps_by: dict[str, float]
     predicted_vs_plain: float  # committed tokens per one-token forward's worth of cost
     decode_speedup_vs_plain: float  # on decoding alone (no prefill)
+    achieved_of_predicted: float  # decode_speedup_vs_plain / predicted_vs_plain
+    # Milliseconds per step: in the engine's forward, on the host (the rest of the step), the
+    # host's by part (events.HostTimes) and both by step kind.
+    engine_ms_per_step: float
+    host_ms_per_step: float
+    host_ms_by_part: dict[str, float]
+    engine_ms_by: dict[str, float]
+    host_ms_by: dict[str, float]
 
 
 class Figures(DrafterFigures):
@@ -73,6 +81,10 @@ class Run:
     # Seconds from the end of prefill to the end of each reply (ReplyDone's stats): the part
     # the cost model speaks of. `seconds` also holds the prefill, alike for every method.
     decode_seconds: float = 0.0
+    # Per step kind: seconds in the engine's forward and on the host; the host's by part.
+    engine_s_by: dict[str, float] = field(default_factory=dict)
+    host_s_by: dict[str, float] = field(default_factory=dict)
+    host_parts: dict[str, float] = field(default_factory=dict)
 
     @property
     def tokens_per_s(self) -> float:
@@ -93,20 +105,41 @@ def _by_drafter(runs: list[Run]) -> DrafterFigures:
     tokens: dict[str, int] = {}
     steps: dict[str, int] = {}
     committed: dict[str, int] = {}
+    engine: dict[str, float] = {}
+    host: dict[str, float] = {}
+    parts: dict[str, float] = {}
     for run in runs:
         for table, part in ((tokens, run.tokens_by), (steps, run.steps_by)):
             for k, v in part.items():
                 table[k] = table.get(k, 0) + v
         for k, v in run.committed_by.items():
             committed[k] = committed.get(k, 0) + v
+        for sums, seconds in ((engine, run.engine_s_by), (host, run.host_s_by)):
+            for k, s in seconds.items():
+                sums[k] = sums.get(k, 0.0) + s
+        for k, s in run.host_parts.items():
+            parts[k] = parts.get(k, 0.0) + s
     if not steps:
         return {}
     total = sum(tokens.values())
-    return {
+    n_steps = sum(steps.values())
+    figures: DrafterFigures = {
         "accepted_by": {k: round(v / total, 3) for k, v in sorted(tokens.items())} if total else {},
         "mat_by": {k: round(committed[k] / n, 3) for k, n in sorted(steps.items())},
         "steps_by": {k: float(n) for k, n in sorted(steps.items())},
     }
+    if engine or host:
+        figures["engine_ms_per_step"] = _ms(sum(engine.values()), n_steps)
+        figures["host_ms_per_step"] = _ms(sum(host.values()), n_steps)
+        figures["host_ms_by_part"] = {k: _ms(s, n_steps) for k, s in parts.items()}
+        figures["engine_ms_by"] = {k: _ms(engine.get(k, 0.0), n) for k, n in sorted(steps.items())}
+        figures["host_ms_by"] = {k: _ms(host.get(k, 0.0), n) for k, n in sorted(steps.items())}
+    return figures
+
+
+def _ms(seconds: float, steps: int) -> float:
+    """Milliseconds per step."""
+    return round(1000.0 * seconds / steps, 4) if steps else 0.0
 
 
 def split_key(key: str) -> tuple[str, str]:
@@ -170,6 +203,10 @@ class Results:
                 if by and decode and plain_decode:
                     # what the cost model's figure is to be compared with (no prefill)
                     by["decode_speedup_vs_plain"] = round(decode / plain_decode, 3)
+                    predicted = by.get("predicted_vs_plain")
+                    if predicted:
+                        achieved = decode / plain_decode / predicted
+                        by["achieved_of_predicted"] = round(achieved, 3)
                 rows[category] = {
                     **by,
                     "tokens_per_s": round(speed, 2),
@@ -217,20 +254,24 @@ def format_table(table: Table) -> str:
     per method)."""
     methods = list(table)
     lines = [
-        "| method | tok/s | vs plain | vs best plain | MAT | cost model | decoding | identical |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| method | tok/s | vs plain | vs best plain | MAT | cost model | decoding "
+        "| of prediction | identical |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m in methods:
         r = table[m].get("overall")
         if r:
             predicted = r.get("predicted_vs_plain")
             decoding = r.get("decode_speedup_vs_plain")
+            achieved = r.get("achieved_of_predicted")
             lines.append(
                 f"| {m} | {r['tokens_per_s']:.1f} | {r['speedup_vs_plain']:.2f}x | "
                 f"{r['speedup_vs_best_plain']:.2f}x | {r['mat']:.2f} | "
                 + (f"{predicted:.2f}x" if predicted else "-")
                 + " | "
                 + (f"{decoding:.2f}x" if decoding else "-")
+                + " | "
+                + (f"{100 * achieved:.0f}%" if achieved else "-")
                 + f" | {r['identical']}/{r['questions']} |"
             )
     categories = [
@@ -256,6 +297,39 @@ def format_table(table: Table) -> str:
                 else "-"
             )
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def format_host(table: Table) -> str:
+    """Markdown: each method's milliseconds per step in the engine's forward and on the host,
+    the host's by part, then both by step kind (empty where no method timed its steps)."""
+    methods = [m for m in table if "host_ms_per_step" in table[m].get("overall", {})]
+    if not methods:
+        return ""
+    parts = list(dict.fromkeys(p for m in methods for p in table[m]["overall"]["host_ms_by_part"]))
+    lines = [
+        "Milliseconds per step: the engine's forward, the host's rest, and the host's by part.",
+        "",
+        "| method | steps | engine | host | " + " | ".join(parts) + " |",
+        "|---|---:|---:|---:|" + "---:|" * len(parts),
+    ]
+    for m in methods:
+        r = table[m]["overall"]
+        by_part = r["host_ms_by_part"]
+        lines.append(
+            f"| {m} | {sum(r['steps_by'].values()):.0f} | {r['engine_ms_per_step']:.3f} | "
+            f"{r['host_ms_per_step']:.3f} | "
+            + " | ".join(f"{by_part.get(p, 0.0):.3f}" for p in parts)
+            + " |"
+        )
+    lines += ["", "| method | step kind | steps | engine | host |", "|---|---|---:|---:|---:|"]
+    for m in methods:
+        r = table[m]["overall"]
+        for kind, n in r["steps_by"].items():
+            lines.append(
+                f"| {m} | {kind} | {n:.0f} | {r['engine_ms_by'].get(kind, 0.0):.3f} | "
+                f"{r['host_ms_by'].get(kind, 0.0):.3f} |"
+            )
     return "\n".join(lines)
 
 

@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         setup_spec,
         warm_plan,
     )
-    from samchat.bench.report import format_table, plot, split_key
+    from samchat.bench.report import format_host, format_table, plot, split_key
     from samchat.models import load_model
     from samchat.models.loader import choose_engine
 
@@ -199,6 +199,9 @@ def run(args: argparse.Namespace) -> int:
         meta["replies_changed_between_runs"] = cold_results.changed
         meta["engines"] = bench.engine_details()
         print("## without warm-up\n" + format_table(cold))
+        host = format_host(cold)
+        if host:
+            print("\n" + host)
         tables["cold"] = cold
         if args.warm_chats:
             bench.warm_up(pick(questions, args.warm_chats))
@@ -211,6 +214,9 @@ def run(args: argparse.Namespace) -> int:
             output["warm"] = warm
             tables["warm"] = warm
             print(f"\n## after {args.warm_chats} warm-up chats per category\n" + format_table(warm))
+            host = format_host(warm)
+            if host:
+                print("\n" + host)
     finally:
         bench.close()
     if args.json:

@@ -3,6 +3,9 @@ question stay. Shared by the local session (counted in tokens) and remote replie
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from samchat.errors import SamchatError
 from samchat.messages import Message
 
 
@@ -25,3 +28,31 @@ def dropped_notice(dropped: int) -> str:
     if not dropped:
         return ""
     return f"dropped the {dropped} oldest message(s) to fit the model's context"
+
+
+def fit_rendered(
+    render: Callable[[list[Message]], list[int]],
+    messages: list[Message],
+    reserve: int,
+    limit: int,
+) -> tuple[list[int], str]:
+    """The prompt's token ids, rendered after dropping the oldest non-system turns while it
+    leaves fewer than `reserve` of the `limit` tokens for the reply, and the notice saying so."""
+    if not messages:
+        raise SamchatError("no messages to reply to")
+    for m in messages:
+        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+            raise SamchatError("each message needs a role and a content")
+    msgs = list(messages)
+    ids = render(msgs)
+    dropped = 0
+    while len(ids) + reserve > limit:
+        gone = drop_oldest_turn(msgs)
+        if not gone:
+            raise SamchatError(
+                f"the message is too long for the model's context ({len(ids)} tokens, "
+                f"limit {limit} incl. {reserve} for the reply); shorten it"
+            )
+        dropped += gone
+        ids = render(msgs)
+    return ids, dropped_notice(dropped)

@@ -4,6 +4,7 @@ committed, per-step and per-reply statistics (ReplyStats, from samchat.figures).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from samchat.figures import ReplyStats  # the reply's figures: the record every layer shares
 from samchat.names import DraftSource
@@ -25,14 +26,44 @@ class TextDelta:
         return len(self.token_ids) or len(self.sources)
 
 
+class HostTimes(NamedTuple):
+    """A step's seconds on the host, outside the engine's forward, by what they went to (a
+    tuple: one is made every step)."""
+
+    draft: float = 0.0  # the selector and the drafters' proposals
+    tree: float = 0.0  # a tree draft's verification layout
+    accept: float = 0.0  # walking the model's choices, committing the path to the cache
+    learn: float = 0.0  # statistics: cost tracker, acceptance rates, automata, recycling table
+    emit: float = 0.0  # the committed tokens as text: detokenizing, stop strings
+
+    @property
+    def total(self) -> float:
+        return self.draft + self.tree + self.accept + self.learn + self.emit
+
+    @property
+    def per_step(self) -> float:
+        """What drafting a step costs the host beyond the tokens it commits: all but `emit`,
+        which every committed token pays alike, drafted or not."""
+        return self.total - self.emit
+
+    def parts(self) -> dict[str, float]:
+        return self._asdict()
+
+
+NO_HOST_TIMES = HostTimes()  # a step whose host time was not measured
+
+
 @dataclass(frozen=True)
 class StepStats:
-    """One verification forward."""
+    """One verification step: `forward_s` from the verification's start to its commit to the
+    cache, `engine_s` of it in the engine's forward, `host` the step's other seconds."""
 
     drafter: DraftSource
     draft_size: int  # draft nodes verified (0 for a plain step)
     accepted: int  # draft tokens accepted (the bonus token not counted)
     forward_s: float
+    engine_s: float = 0.0
+    host: HostTimes = NO_HOST_TIMES
 
 
 @dataclass(frozen=True)
@@ -52,6 +83,14 @@ class PrefillProgress:
     total: int
 
 
-__all__ = ["Event", "PrefillProgress", "ReplyDone", "ReplyStats", "StepStats", "TextDelta"]
+__all__ = [
+    "Event",
+    "HostTimes",
+    "PrefillProgress",
+    "ReplyDone",
+    "ReplyStats",
+    "StepStats",
+    "TextDelta",
+]
 
 Event = TextDelta | StepStats | ReplyDone | PrefillProgress

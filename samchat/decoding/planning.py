@@ -1,6 +1,7 @@
 """What a session keeps across replies to plan each one's drafting: the drafters (made when
 first needed), this machine's cost curve (given, cached or measured; unknown while a front end
-has not timed the machine yet), the tracker that refines it and the acceptance model."""
+has not timed the machine yet), the tracker that refines it, the host's time per step and the
+acceptance model."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from samchat.decoding.params import DecodingConfig
-from samchat.decoding.policy import AcceptanceModel, Drafting
+from samchat.decoding.policy import AcceptanceModel, Drafting, HostCosts
 from samchat.decoding.protocols import Drafter, DraftIndex, SessionModel
 from samchat.engines import Engine
 from samchat.engines.costs import CostCurve, CostTracker
@@ -35,6 +36,7 @@ class ReplyPlanner:
         self.measure_first = measure_first
         self.curve_missing = False  # a reply ran plainly because the curve is not measured yet
         self._tracker: CostTracker | None = None
+        self.host = HostCosts()  # the host's seconds per kind of step, from real steps
         self.static_index: DraftIndex | None = None
         self.dynamic: Drafter | None = None
         self.static: Drafter | None = None
@@ -96,7 +98,9 @@ class ReplyPlanner:
         tracker = self._tracker
         tracker.rebase(curve)
         exact = self.engine.exact_rows
-        return Drafting.plan(self.config, tracker, self.acceptance, drafters, trees, exact)
+        return Drafting.plan(
+            self.config, tracker, self.acceptance, drafters, trees, exact, self.host
+        )
 
 
 def _make_dynamic() -> Drafter | None:

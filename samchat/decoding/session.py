@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from samchat.decoding.context_fit import drop_oldest_turn, dropped_notice
-from samchat.decoding.events import Event, StepStats
+from samchat.decoding.context_fit import fit_rendered
+from samchat.decoding.events import Event
 from samchat.decoding.params import DecodingConfig, SamplingParams
 from samchat.decoding.planning import ReplyPlanner
 from samchat.decoding.policy import PLAIN, Decision, Drafting, begin_reply
@@ -20,11 +20,11 @@ from samchat.decoding.protocols import Drafter, DraftIndex, SessionModel
 from samchat.decoding.reading import PromptReader
 from samchat.decoding.reply import Reply
 from samchat.decoding.sampling import Sampler
+from samchat.decoding.steptime import StepTimer
 from samchat.decoding.tree import DraftTree
-from samchat.decoding.verify import Verified, verify_step
+from samchat.decoding.verify import Verified, VerifyTimes, verify_step
 from samchat.engines import Engine, Logits, open_engine
 from samchat.engines.costs import CostCurve
-from samchat.errors import SamchatError
 from samchat.messages import Message
 
 log = logging.getLogger(__name__)
@@ -110,25 +110,8 @@ class ChatSession:
 
     def _fit(self, messages: list[Message], params: SamplingParams) -> tuple[list[int], str]:
         """Render, dropping the oldest non-system turns while the prompt leaves too little room."""
-        if not messages:
-            raise SamchatError("no messages to reply to")
-        for m in messages:
-            if not isinstance(m, dict) or "role" not in m or "content" not in m:
-                raise SamchatError("each message needs a role and a content")
-        msgs = list(messages)
-        ids = self.render(msgs)
         reserve = min(self.config.reserve_tokens, params.max_new_tokens)
-        dropped = 0
-        while len(ids) + reserve > self.context_limit:
-            gone = drop_oldest_turn(msgs)
-            if not gone:
-                raise SamchatError(
-                    f"the message is too long for the model's context ({len(ids)} tokens, "
-                    f"limit {self.context_limit} incl. {reserve} for the reply); shorten it"
-                )
-            dropped += gone
-            ids = self.render(msgs)
-        return ids, dropped_notice(dropped)
+        return fit_rendered(self.render, messages, reserve, self.context_limit)
 
     # -- model calls --------------------------------------------------------------------------
 
@@ -205,16 +188,24 @@ class ChatSession:
         reply = self._new_reply(prompt, params, reused, notice, t_start)
         # Invariant: the cache holds every committed token but reply.pending.
         while reply.finish is None:
+            timer = StepTimer()  # the step's engine and host seconds
             budget = reply.budget(cancel, self.context_limit)
             if budget is None:  # cancelled, or the context is full
                 break
             tree, decision = self._draft(drafting, budget)
-            step = self._verify(reply, tree, drafting)
+            timer.drafted()
+            step = self._verify(reply, tree, drafting, timer.verify)
             if step is None:  # the model rejected a tree mask: step again without a tree
                 continue
-            stats, new, sources = self._accept(reply, drafting, tree, decision, *step)
-            yield stats
+            timer.verified()
+            new, sources = self._accept(reply, drafting, tree, decision, *step)
+            timer.learned()
             delta = reply.commit(new, sources)
+            size = len(tree) if tree is not None else 0
+            stats = timer.stats(decision.drafter, size, len(new) - 1, step[1])
+            if drafting is not None:  # what the host's part of such a step costs, priced
+                drafting.timed(decision.drafter, size + 1, stats.host.per_step, stats.engine_s)
+            yield stats
             if delta is not None:
                 yield delta
         yield from self._end_reply(reply, drafting)
@@ -266,13 +257,14 @@ class ChatSession:
         return drafting.choose(budget, self._engine.exact_rows, self._since_plain)
 
     def _verify(
-        self, reply: Reply, tree: DraftTree | None, drafting: Drafting | None
+        self, reply: Reply, tree: DraftTree | None, drafting: Drafting | None, times: VerifyTimes
     ) -> tuple[Verified, float] | None:
-        """Verify the draft in one forward: what it accepted and the forward's seconds; None
-        when the model rejected a tree mask (tree drafts are off from then on)."""
+        """Verify the draft in one forward: what it accepted and the verification's seconds
+        (`times`: its parts); None when the model rejected a tree mask (tree drafts are off
+        from then on)."""
         t0 = time.perf_counter()
         try:
-            verified = verify_step(self._reader, reply.pending, tree, reply.sampler)
+            verified = verify_step(self._reader, reply.pending, tree, reply.sampler, times)
         except BaseException as exc:  # a Ctrl-C is re-raised below, the cache restored
             self._reader.restore()
             if not isinstance(exc, Exception) or tree is None or tree.is_sequence:
@@ -293,7 +285,7 @@ class ChatSession:
         decision: Decision,
         verified: Verified,
         forward_s: float,
-    ) -> tuple[StepStats, list[int], list[str]]:
+    ) -> tuple[list[int], list[str]]:
         """Take the accepted tokens (bonus included) and their drafters; the policy learns."""
         ids, path, bonus, logits = verified
         reply.stepped(bonus, forward_s, plain=tree is None)
@@ -302,10 +294,9 @@ class ChatSession:
         new.append(bonus)
         sources = [tree.source_at(j - 1) for j in path] if tree is not None else []
         if drafting is not None:
-            drafting.learn(decision, ids, logits, new, sources, forward_s)
+            drafting.learn(decision, ids, logits, new, sources)
         sources.append("plain")
-        size = len(tree) if tree is not None else 0
-        return StepStats(decision.drafter, size, len(path), forward_s), new, sources
+        return new, sources
 
     def _end_reply(self, reply: Reply, drafting: Drafting | None) -> Iterator[Event]:
         # Decoding ends with the last token: what the drafters keep of the reply (Token

@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
+import weakref
+
 from samchat.tokenizer import Tokenizer
+
+# Each tokenizer's text of single tokens: a push decodes the window before the new tokens,
+# after a plain step one token, so half its decodes are a look-up (a decode crosses into the
+# tokenizer's library: the longest part of committing a token).
+_SINGLE: weakref.WeakKeyDictionary[Tokenizer, dict[int, str]] = weakref.WeakKeyDictionary()
+
+
+def _singles(tokenizer: Tokenizer) -> dict[int, str]:
+    try:
+        return _SINGLE.setdefault(tokenizer, {})
+    except TypeError:  # a tokenizer that takes no weak reference: its own dict, unshared
+        return {}
 
 
 class IncrementalDetokenizer:
@@ -15,12 +29,18 @@ class IncrementalDetokenizer:
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self._tok = tokenizer
+        self._single = _singles(tokenizer)
         self.ids: list[int] = []
         self._prefix = 0  # start of the window re-decoded for context
         self._read = 0  # tokens before this are already in `text`
         self.text = ""
 
     def _decode(self, ids: list[int]) -> str:
+        if len(ids) == 1:
+            single = self._single.get(ids[0])
+            if single is None:
+                single = self._single[ids[0]] = self._tok.decode(ids, skip_special_tokens=True)
+            return single
         text: str = self._tok.decode(ids, skip_special_tokens=True)
         return text
 

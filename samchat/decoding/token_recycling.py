@@ -96,9 +96,13 @@ def smoothed(prior: Sequence[float], weight: float, hits: Sequence[int], seen: i
     return [(p * weight + h) / total for p, h in zip(prior, hits, strict=True)]
 
 
-# top_k_rows reads a row in blocks of this many logits: the k best lie in the k blocks with
-# the highest maxima, so only those are sorted (partitioning every whole row is far slower).
-_BLOCK = 128
+# top_k_rows reads a row as _GROUP rows of vocab // _GROUP logits: group g holds ids g, g + G,
+# g + 2G, ... (G = vocab // _GROUP), so the groups' maxima are element-wise maxima of contiguous
+# runs, read at memory speed (a maximum over each run of neighbours took several times longer).
+# The k best lie in the k groups with the highest maxima, so only those k * _GROUP logits are
+# gathered and sorted; a ragged tail is one group more. Of 16 to 128, 32 took least on 8 and 32
+# rows of a 49,152- and a 128,256-token vocabulary.
+_GROUP = 32
 
 IntArray = npt.NDArray[np.int64]
 Table = npt.NDArray[np.int32]  # candidate ids by token and rank (-1: none)
@@ -107,16 +111,21 @@ Table = npt.NDArray[np.int32]  # candidate ids by token and rank (-1: none)
 def top_k_rows(logits: Logits, k: int) -> IntArray:
     """Each row's k highest-scoring token ids, best first: (rows, k)."""
     rows, vocab = logits.shape
-    if vocab <= k * _BLOCK:
+    groups = vocab // _GROUP
+    if groups <= k:
         idx = np.argpartition(logits, vocab - k, axis=-1)[:, vocab - k :]
     else:
-        whole = vocab // _BLOCK * _BLOCK
-        maxima = logits[:, :whole].reshape(rows, -1, _BLOCK).max(-1)
-        if whole < vocab:  # the ragged tail is one more block
+        whole = groups * _GROUP
+        # Row r's element (i, g) is its logit i * groups + g (a view where the rows hold
+        # whole groups only, as vocabularies padded to a multiple of 128 do).
+        grid = (logits if whole == vocab else logits[:, :whole]).reshape(rows, _GROUP, groups)
+        maxima = grid.max(axis=1)
+        if whole < vocab:  # the ragged tail is one more group
             maxima = np.concatenate([maxima, logits[:, whole:].max(-1, keepdims=True)], axis=1)
-        nb = maxima.shape[1]
-        blocks = np.argpartition(maxima, nb - k, axis=-1)[:, nb - k :]
-        cand = (blocks[:, :, None] * _BLOCK + np.arange(_BLOCK)).reshape(rows, -1)
+        ng = maxima.shape[1]
+        best = np.argpartition(maxima, ng - k, axis=-1)[:, ng - k :, None]
+        step = np.arange(_GROUP)
+        cand = np.where(best < groups, best + groups * step, whole + step).reshape(rows, -1)
         outside = cand >= vocab  # past the tail: never chosen
         vals = np.take_along_axis(logits, np.minimum(cand, vocab - 1), axis=-1)
         vals[outside] = -np.inf

@@ -4,6 +4,7 @@ path committed. Greedy output thus equals plain decoding token for token."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -20,19 +21,40 @@ class Verified(NamedTuple):
     logits: Logits  # one row per input
 
 
+class VerifyTimes:
+    """Where a verification's seconds went: the tree's layout, the engine's forward."""
+
+    __slots__ = ("engine", "tree")
+
+    def __init__(self) -> None:
+        self.tree = 0.0
+        self.engine = 0.0
+
+
 def verify_step(
-    reader: PromptReader, pending: int, tree: DraftTree | None, sampler: Sampler
+    reader: PromptReader,
+    pending: int,
+    tree: DraftTree | None,
+    sampler: Sampler,
+    times: VerifyTimes | None = None,
 ) -> Verified:
-    """One forward over [pending] + draft; commits pending and the accepted path to the cache."""
+    """One forward over [pending] + draft; commits pending and the accepted path to the cache.
+    `times`, if given, gets the seconds of the layout and of the engine's forward."""
     n_cached = len(reader.tokens)
     layout = None
+    clock = time.perf_counter
+    t0 = clock()
     if tree is None:
         ids = [pending]
     else:
         ids = [pending, *tree.tokens]
         if not tree.is_sequence:
             layout = tree.layout()
+    t1 = clock()
     logits = reader.engine.forward(ids, layout)
+    if times is not None:
+        times.tree = t1 - t0
+        times.engine = clock() - t1
     choose: Callable[[int], int]
     if sampler.greedy:  # only the rows the walk visits
 

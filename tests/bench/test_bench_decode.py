@@ -16,8 +16,9 @@ from samchat.bench.decode import (
     setup_spec,
     warm_plan,
 )
-from samchat.bench.report import Question, Results, Run, format_table, reply_cost
+from samchat.bench.report import Question, Results, Run, format_host, format_table, reply_cost
 from samchat.cli import main
+from samchat.decoding.events import HostTimes
 from samchat.errors import SamchatError
 from samchat.models.loader import ModelSpec
 
@@ -30,6 +31,20 @@ QUESTIONS = [
     {"question_id": 2, "category": "qa", "turns": ["What is the capital of Italy?"]},
     {"question_id": 3, "category": "qa", "turns": ["Name three primary colours."]},
 ]
+# The figures of a method whose steps run through a session (none for pld).
+STEP_KEYS = {
+    "accepted_by",
+    "mat_by",
+    "steps_by",
+    "predicted_vs_plain",
+    "decode_speedup_vs_plain",
+    "achieved_of_predicted",
+    "engine_ms_per_step",
+    "host_ms_per_step",
+    "host_ms_by_part",
+    "engine_ms_by",
+    "host_ms_by",
+}
 KEYS = {
     "tokens_per_s",
     "speedup_vs_plain",
@@ -169,7 +184,8 @@ def test_table_compares_each_method_with_its_own_plain_and_the_best_plain() -> N
     assert [r["identical"] for r in (lc, ls, tp, ts)] == [2, 2, 2, 1]
     assert table["torch:sam+tr"]["code"]["identical"] == 0
     text = format_table(table)
-    assert "| torch:sam+tr | 8.0 | 4.00x | 2.00x | 1.00 | - | - | 1/2 |" in text
+    assert "| torch:sam+tr | 8.0 | 4.00x | 2.00x | 1.00 | - | - | - | 1/2 |" in text
+    assert format_host(table) == ""  # no step was timed
     assert "| qa | 4.0, 1.00x, 1.00, 1/1 |" in text
 
 
@@ -191,8 +207,43 @@ def test_the_cost_model_prices_each_step_on_the_measured_curve() -> None:
     assert table["torch:sam+tr"]["overall"]["predicted_vs_plain"] == 2.0
     assert table["torch:plain"]["overall"]["decode_speedup_vs_plain"] == 1.0
     assert table["torch:sam+tr"]["overall"]["decode_speedup_vs_plain"] == round(0.8 / 0.3, 3)
-    row = "| torch:sam+tr | 12.0 | 2.00x | 2.00x | 3.00 | 2.00x | 2.67x | 1/1 |"
+    # What the cost model's check reads: the decoding speedup over the predicted one.
+    assert table["torch:sam+tr"]["overall"]["achieved_of_predicted"] == round(0.8 / 0.3 / 2, 3)
+    row = "| torch:sam+tr | 12.0 | 2.00x | 2.00x | 3.00 | 2.00x | 2.67x | 133% | 1/1 |"
     assert row in format_table(table)
+
+
+def test_host_time_per_step_by_part_and_by_step_kind() -> None:
+    """Each step's seconds split into the engine's forward and the host's parts, reported in
+    milliseconds per step for the method, by part and by step kind."""
+    q = Question("1", "qa", ("x",))
+    results = Results(("torch:plain", "torch:sam+tr"))
+    spec = Run(6, 0.5, 4, [1, 2, 3, 4, 5, 6], committed=6)
+    spec.steps_by, spec.committed_by, spec.cost = (
+        {"dyn": 2, "plain": 2},
+        {"dyn": 4, "plain": 2},
+        5.0,
+    )
+    spec.engine_s_by = {"dyn": 0.010, "plain": 0.006}
+    spec.host_s_by = {"dyn": 0.004, "plain": 0.002}
+    spec.host_parts = {"draft": 0.002, "tree": 0.0, "accept": 0.001, "learn": 0.002, "emit": 0.001}
+    results.add("torch:sam+tr", q, spec)
+    overall = results.table()["torch:sam+tr"]["overall"]
+    assert overall["engine_ms_per_step"] == 4.0
+    assert overall["host_ms_per_step"] == 1.5
+    assert overall["host_ms_by_part"] == {
+        "draft": 0.5,
+        "tree": 0.0,
+        "accept": 0.25,
+        "learn": 0.5,
+        "emit": 0.25,
+    }
+    assert overall["engine_ms_by"] == {"dyn": 5.0, "plain": 3.0}
+    assert overall["host_ms_by"] == {"dyn": 2.0, "plain": 1.0}
+    text = format_host(results.table())
+    assert "| method | steps | engine | host | draft | tree | accept | learn | emit |" in text
+    assert "| torch:sam+tr | 4 | 4.000 | 1.500 | 0.500 | 0.000 | 0.250 | 0.500 | 0.250 |" in text
+    assert "| torch:sam+tr | dyn | 2 | 5.000 | 2.000 |" in text
 
 
 def test_reply_cost_prices_steps_at_the_prompts_context() -> None:
@@ -262,7 +313,9 @@ def test_bad_command_line_values_are_one_line_errors(
     assert "llama-cpp-python is gone" in one_line_error("--methods", "llamacpp:plain")
 
 
-def test_bench_decode_writes_table_json_and_chart(tmp_path: Path, default_lm: object) -> None:
+def test_bench_decode_writes_table_json_and_chart(
+    tmp_path: Path, default_lm: object, capsys: pytest.CaptureFixture[str]
+) -> None:
     questions = write_questions(tmp_path / "q.jsonl")
     out = tmp_path / "bench.json"
     png = tmp_path / "bench.png"
@@ -280,11 +333,7 @@ def test_bench_decode_writes_table_json_and_chart(tmp_path: Path, default_lm: ob
         assert set(data[method]) == {"writing", "qa", "overall"}
         overall = data[method]["overall"]
         # Methods that run through a session also say how each kind of step did.
-        by_drafter = (
-            {"accepted_by", "mat_by", "steps_by", "predicted_vs_plain", "decode_speedup_vs_plain"}
-            if method != "torch:pld"
-            else set()
-        )
+        by_drafter = STEP_KEYS if method != "torch:pld" else set()
         assert set(overall) == KEYS | by_drafter
         assert overall["questions"] == 2
         assert overall["tokens_per_s"] > 0
@@ -292,6 +341,20 @@ def test_bench_decode_writes_table_json_and_chart(tmp_path: Path, default_lm: ob
         # greedy decoding is lossless: every method reproduces plain decoding exactly
         assert overall["identical"] == 2
     assert data["torch:plain"]["overall"]["mat_by"] == {"plain": 1.0}
+    # Each step's time: the engine's forward and the host's parts, by step kind.
+    for method in ("torch:plain", "torch:sam+tr"):
+        overall = data[method]["overall"]
+        assert overall["engine_ms_per_step"] > 0 and overall["host_ms_per_step"] > 0
+        assert set(overall["host_ms_by_part"]) == set(HostTimes._fields)
+        assert set(overall["host_ms_by"]) == set(overall["engine_ms_by"]) == set(overall["mat_by"])
+        parts = sum(overall["host_ms_by_part"].values())
+        assert parts == pytest.approx(overall["host_ms_per_step"], abs=0.01)
+    assert data["torch:plain"]["overall"]["achieved_of_predicted"] == 1.0
+    assert data["torch:sam+tr"]["overall"]["achieved_of_predicted"] > 0
+    printed = capsys.readouterr().out
+    assert "| cost model | decoding | of prediction |" in printed
+    assert "| method | steps | engine | host | draft | tree | accept | learn | emit |" in printed
+    assert "| torch:plain | plain |" in printed
     assert data["torch:plain"]["overall"]["predicted_vs_plain"] == 1.0
     assert data["torch:sam+tr"]["overall"]["predicted_vs_plain"] > 0
     by = data["torch:sam+tr"]["overall"]

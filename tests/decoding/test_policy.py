@@ -163,6 +163,7 @@ def test_tree_sizes_follow_a_refitted_curve() -> None:
     for i in range(8):
         n = 1 if i % 2 else 16
         rows = np.zeros((n, vocab), dtype=np.float32)
-        drafting.learn(PLAIN, list(range(n)), rows, [1], [], 0.001 * n)
+        drafting.learn(PLAIN, list(range(n)), rows, [1], [])
+        drafting.timed(PLAIN.drafter, n, 0.0, 0.001 * n)
     assert drafting.selector.curve.rel(16) == pytest.approx(16.0)
     assert tuple(tr.tree_sizes()) == ()

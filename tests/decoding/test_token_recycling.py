@@ -222,8 +222,8 @@ def test_observe_writes_the_table_propose_gathers_from() -> None:
 
 
 def test_top_k_rows_equals_a_full_sort() -> None:
-    """The block-wise top k (rows, vocab sizes with and without a ragged tail, vocabularies
-    smaller than k blocks) gives torch.topk's ids, best first."""
+    """The group-wise top k (rows, vocab sizes with and without a ragged tail, vocabularies
+    smaller than k groups, the best all in one group) gives torch.topk's ids, best first."""
     rng = np.random.default_rng(11)
     for vocab in (8, 50, 1000, 1024, 1030, 32000, 49152, 151936):
         for k in (1, 4, 8):
@@ -233,6 +233,9 @@ def test_top_k_rows_equals_a_full_sort() -> None:
             logits[0, -3:] += 10.0
             if rows > 1:
                 logits[1, 200 % vocab : 200 % vocab + k] += 10.0
+            if rows > 2:  # ids g, g + G, g + 2G...: the best all in one group
+                stride = max(1, vocab // token_recycling._GROUP)
+                logits[2, 5 : 5 + k * stride : stride] += 10.0
             want = torch.topk(torch.from_numpy(logits), k, dim=-1).indices.numpy()
             assert np.array_equal(token_recycling.top_k_rows(logits, k), want), (vocab, k)
 

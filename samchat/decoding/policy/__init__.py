@@ -1,8 +1,8 @@
 """The drafting policy, every rule and number of it: how likely a draft is to be accepted
 (acceptance.py), the selector that picks each step's draft on this machine's cost curve within
 the draft-row ceiling (selector.py), the rules a session follows around it and one reply's
-drafting (drafting.py), and Token Recycling's own numbers with the tree sizes a cost curve
-allows it (recycling.py)."""
+drafting (drafting.py), the host's time per step priced beside the curve (hostcost.py), and
+Token Recycling's own numbers with the tree sizes a cost curve allows it (recycling.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from samchat.decoding.policy.drafting import (
     draft_budget,
     prompt_rows,
 )
+from samchat.decoding.policy.hostcost import HostCosts
 from samchat.decoding.policy.selector import MAX_DRAFT, PLAIN, STEEP_MAX_DRAFT, Decision, Selector
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "AcceptanceModel",
     "Decision",
     "Drafting",
+    "HostCosts",
     "Selector",
     "begin_reply",
     "best_sequence_length",

@@ -4,7 +4,7 @@ cost curve."""
 
 from __future__ import annotations
 
-from samchat.engines.costs import CostCurve
+from samchat.decoding.policy.hostcost import Prices
 
 # Acceptance of SAM sequence drafts, by match-length bucket: prior per-token acceptance rate.
 _BUCKET_EDGES = (1, 2, 3, 4, 5, 8, 16, 32)
@@ -106,7 +106,7 @@ def expected_sequence(rate: float, n: int) -> float:
     return total
 
 
-def best_sequence_length(rate: float, cap: int, curve: CostCurve) -> tuple[int, float]:
+def best_sequence_length(rate: float, cap: int, curve: Prices) -> tuple[int, float]:
     """Draft length n <= cap maximising (1 + expected accepted) / cost(n + 1), and that value
     (1.0 means a plain step is as good; n = 0 means draft nothing)."""
     best_n, best_v = 0, 1.0

@@ -6,18 +6,21 @@
 - A drafter none of whose trees can pay on the curve rests, reading one forward in REST_SAMPLE.
 - A model that rejects a tree mask gets sequence drafts from then on (`Drafting.trees_failed`).
 - Token Recycling builds the tree sizes the curve allows (`tree_sizes`), within the draft budget.
-- Token Recycling learns from the last PROMPT_ROWS new prompt rows, or more on a flat curve."""
+- Token Recycling learns from the last PROMPT_ROWS new prompt rows, or more on a flat curve.
+- Each step's engine seconds refine the curve, its host seconds the host's price (`timed`)."""
 
 from __future__ import annotations
 
 from samchat.decoding.params import DecodingConfig
 from samchat.decoding.policy.acceptance import REPLY_FADE, AcceptanceModel
+from samchat.decoding.policy.hostcost import HostCosts
 from samchat.decoding.policy.recycling import tree_sizes
 from samchat.decoding.policy.selector import PLAIN, Decision, Selector
 from samchat.decoding.protocols import Drafter
 from samchat.decoding.tree import DraftTree
 from samchat.engines.base import DRAFT_ROWS, Logits
 from samchat.engines.costs import FLAT_COST, CostCurve, CostTracker
+from samchat.names import DraftSource
 
 # A plain step is forced when none ran for this many steps (replies included), so the one-token
 # time (the cost curve's unit and speedup_est's baseline) follows the machine's current load.
@@ -76,6 +79,7 @@ class Drafting:
     __slots__ = (
         "drafters",
         "exact_rows",
+        "host",
         "resting",
         "selector",
         "since_sample",
@@ -94,6 +98,7 @@ class Drafting:
         exact_rows: int = DRAFT_ROWS,
     ) -> None:
         self.drafters = drafters
+        self.host = selector.host if selector.host is not None else HostCosts()
         self.resting = resting
         self.watchers = [d for d in drafters if d.wants_logits and d is not resting]
         self.selector = selector
@@ -111,13 +116,16 @@ class Drafting:
         drafters: tuple[Drafter | None, Drafter | None, Drafter | None],
         trees_allowed: bool,
         exact_rows: int,
+        host: HostCosts | None = None,
     ) -> Drafting:
         """A reply's drafting with the (dynamic SAM, static SAM, Token Recycling) `drafters`,
-        priced on the tracker's curve, on an engine whose first `exact_rows` rows equal
-        one-token decoding. Token Recycling gets the tree sizes the curve allows, and rests
-        when none of them can pay on it (or trees cannot be verified here)."""
+        priced on the tracker's curve and the `host` time of each kind of step, on an engine
+        whose first `exact_rows` rows equal one-token decoding. Token Recycling gets the tree
+        sizes the curve allows, and rests when none of them can pay (or trees cannot be
+        verified here)."""
         dynamic, static, aux = drafters
         selector = Selector(config, tracker.curve, acceptance, dynamic, static, aux)
+        selector.host = host
         selector.trees_allowed = trees_allowed
         selector.at_start = True
         resting = None
@@ -165,16 +173,10 @@ class Drafting:
         logits: Logits,
         new: list[int],
         accepted: list[str],
-        forward_s: float,
     ) -> None:
-        """After a verified step: its cost, the drafters of the accepted draft tokens, the
-        tokens committed (bonus included) and, for the drafters that want them, the logits."""
-        tracker = self.tracker
+        """After a verified step: the drafters of the accepted draft tokens, the tokens
+        committed (bonus included) and, for the drafters that want them, the logits."""
         selector = self.selector
-        if tracker.record(len(ids), forward_s):
-            selector.curve = tracker.curve
-            if self.trees is not None:  # its sizes follow the refitted curve
-                self.trees.allow_tree_sizes(allowed_tree_sizes(selector, self.exact_rows))
         selector.feedback(decision, accepted)
         for d in self.drafters:
             d.advance(new)
@@ -185,6 +187,18 @@ class Drafting:
             if self.since_sample >= REST_SAMPLE:
                 self.since_sample = 0
                 self.resting.observe(ids, logits)
+
+    def timed(self, kind: DraftSource, n_inputs: int, host_s: float, engine_s: float) -> None:
+        """A step of `kind` and `n_inputs` rows took `engine_s` in the engine's forward (which
+        refines the curve) and `host_s` on the host (which prices that kind of step)."""
+        tracker = self.tracker
+        rel = tracker.curve.rel(n_inputs)
+        if tracker.record(n_inputs, engine_s):
+            selector = self.selector
+            selector.curve = tracker.curve
+            if self.trees is not None:  # its sizes follow the refitted curve
+                self.trees.allow_tree_sizes(allowed_tree_sizes(selector, self.exact_rows))
+        self.host.record(kind, n_inputs, host_s, engine_s, rel)
 
     def finish(self) -> None:
         for d in self.drafters:

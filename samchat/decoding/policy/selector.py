@@ -12,11 +12,12 @@ from samchat.decoding.policy.acceptance import (
     best_sequence_length,
     expected_sequence,
 )
+from samchat.decoding.policy.hostcost import HostCosts, Prices
 from samchat.decoding.protocols import Drafter
 from samchat.decoding.tree import DraftTree
 from samchat.engines.base import DRAFT_ROWS
 from samchat.engines.costs import FLAT_COST, CostCurve
-from samchat.names import DrafterName, DraftSource
+from samchat.names import DrafterName, DraftSource, merged_source
 
 # The largest draft: a forward's rows less the pending token's.
 MAX_DRAFT = DRAFT_ROWS - 1
@@ -52,7 +53,8 @@ class Selector:
     when max(dyn, static - l_bias) >= l_threshold, else the auxiliary tree drafter (Token
     Recycling), else a plain step. With `adaptive` (default): the source and size that maximise
     expected committed tokens per unit of forward cost on this hardware (measured cost curve,
-    running acceptance rates per drafter and match length); a plain step when no draft pays."""
+    running acceptance rates per drafter and match length, the host's time per step of each
+    kind: policy/hostcost.py); a plain step when no draft pays."""
 
     def __init__(
         self,
@@ -71,6 +73,14 @@ class Selector:
         self.aux = aux
         self.trees_allowed = True  # False: the model takes no 4D mask, sequence drafts only
         self.at_start = False  # the next choice is a reply's first step
+        self.host: HostCosts | None = None  # the host's time per step, priced beside the curve
+
+    def prices(self, kind: DraftSource) -> Prices:
+        """What a step of `kind` costs by its inputs, in plain steps: the curve, plus the host's
+        time where it is tracked (`adaptive` only: SAM-Decoding's rule prices nothing)."""
+        if self.host is None or not self.config.adaptive:
+            return self.curve
+        return self.host.priced(kind, self.curve)
 
     @property
     def cap(self) -> int:
@@ -119,13 +129,14 @@ class Selector:
             key = sam.name + (REPLY_START if self.at_start else "")
             cap = min(budget, 1 + self.config.alpha * ml)
             rate = self.acceptance.rate(key, ml)
-            sam_n, sam_v = best_sequence_length(rate, cap, self.curve)
+            sam_n, sam_v = best_sequence_length(rate, cap, self.prices(sam.name))
             sam_e = expected_sequence(rate, sam_n)
         aux = self.aux if self.trees_allowed else None
         aux_n, aux_v = self._aux_size(aux, budget) if aux is not None else (0, 1.0)
         merged_n, merged_v = 0, 1.0
-        if aux is not None and sam_n > 0:
-            merged_n, merged_v = self._merged_size(aux, sam_n, sam_e, budget)
+        if aux is not None and sam is not None and sam_n > 0:
+            prices = self.prices(merged_source(sam.name))
+            merged_n, merged_v = self._merged_size(aux, sam_n, sam_e, budget, prices)
         options = sorted(((sam_v, 0), (aux_v, 1), (merged_v, 2)), reverse=True)
         chosen = None
         for value, which in options:
@@ -168,7 +179,7 @@ class Selector:
         return tree, Decision(tree.source, ml, len(tree), key, len(first), sam.name)
 
     def _merged_size(
-        self, aux: Drafter, sam_n: int, sam_e: float, budget: int
+        self, aux: Drafter, sam_n: int, sam_e: float, budget: int, prices: Prices
     ) -> tuple[int, float]:
         """The Token Recycling tree size that best joins an sam_n-token SAM draft, and the
         value of the merged tree."""
@@ -178,7 +189,7 @@ class Selector:
                 continue
             aux_e = aux.expected_accepted(s)
             expected = max(sam_e, aux_e) + _MERGE_CREDIT * min(sam_e, aux_e)
-            v = (1.0 + expected) / self.curve.rel(sam_n + s + 1)
+            v = (1.0 + expected) / prices.rel(sam_n + s + 1)
             if v > best_v:
                 best, best_v = s, v
         return best, best_v
@@ -194,18 +205,18 @@ class Selector:
         if not self.config.adaptive:
             return True
         cap = self.cap
+        prices = self.prices(aux.name)
         return any(
-            (1.0 + aux.potential(s)) / self.curve.rel(s + 1) > 1.0
-            for s in aux.tree_sizes()
-            if s <= cap
+            (1.0 + aux.potential(s)) / prices.rel(s + 1) > 1.0 for s in aux.tree_sizes() if s <= cap
         )
 
     def _aux_size(self, aux: Drafter, budget: int) -> tuple[int, float]:
         best, best_v = 0, 1.0
+        prices = self.prices(aux.name)
         for s in aux.tree_sizes():
             if s > budget:
                 continue
-            v = (1.0 + aux.expected_accepted(s)) / self.curve.rel(s + 1)
+            v = (1.0 + aux.expected_accepted(s)) / prices.rel(s + 1)
             if v > best_v:
                 best, best_v = s, v
         return best, best_v
