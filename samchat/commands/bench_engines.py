@@ -11,8 +11,13 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from samchat.cli_options import add_model_options, spec_from_args
+
+if TYPE_CHECKING:
+    from samchat.models.engine_choice import EngineSpeed
+    from samchat.models.loader import ModelSpec
 
 
 def register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,7 +33,7 @@ def register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 def run(args: argparse.Namespace) -> int:
     from samchat.engines.cpu import cpu_name
     from samchat.models.engine_choice import measure
-    from samchat.paths import cache_dir
+    from samchat.paths import cache_dir, model_cache_dir
 
     def say(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -42,7 +47,47 @@ def run(args: argparse.Namespace) -> int:
         mark = "  <- the app and serve use this" if s is best else ""
         rate = 1000 / s.ms_per_token
         print(f"{s.label:<{width}}  {s.ms_per_token:6.2f} ms  {rate:6.1f} tok/s{mark}")
+    reads = _reads(spec, model_cache_dir(), speeds)
+    for line in reads.pop("lines", []):
+        print(line)
     if args.json is not None:
-        out = {"cpu": cpu_name(), "speeds": [asdict(s) for s in speeds], "chosen": best.label}
+        out: dict[str, object] = {"cpu": cpu_name(), "speeds": [asdict(s) for s in speeds]}
+        out |= {"chosen": best.label}
+        out |= {"reads": reads}
         args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     return 0
+
+
+def _reads(spec: ModelSpec, cache: Path, speeds: list[EngineSpeed]) -> dict[str, Any]:
+    """Each engine's weight bytes read per step as a share of the machine's read bandwidth
+    (printed lines under "lines")."""
+    from samchat.engines.bandwidth import (
+        gguf_step_bytes,
+        newest_packing,
+        packed_step_bytes,
+        read_bandwidth,
+    )
+    from samchat.models.engine_choice import gguf_file
+
+    path = gguf_file(spec)
+    bandwidth = read_bandwidth(cache)
+    if path is None or bandwidth is None:
+        return {}
+    packed = newest_packing(cache, path)
+    lines = [f"read bandwidth {bandwidth / 1e9:.1f} GB/s (a 1 GiB read on every thread)"]
+    out: dict[str, Any] = {"bandwidth_gbs": bandwidth / 1e9}
+    for s in speeds:
+        if s.engine == "llamacpp":
+            step = gguf_step_bytes(path)
+        elif s.engine == "flat" and packed is not None:
+            step = packed_step_bytes(packed)
+        else:
+            continue
+        rate = step / (s.ms_per_token / 1000)
+        share = rate / bandwidth
+        lines.append(
+            f"{s.label}: reads {step / 1e6:.0f} MB a step, {rate / 1e9:.1f} GB/s, "
+            f"{100 * share:.0f}% of the read bandwidth"
+        )
+        out[s.label] = {"step_bytes": step, "share": share}
+    return out | {"lines": lines}

@@ -4,7 +4,8 @@ scale and offset per 32, the 2- to 8-bit types (Q2_K, Q3_K, Q5_0, Q5_1, Q5_K, Q6
 signed 8-bit values with a float32 scale and offset per 16, and float types (F32, F16, BF16) as
 their own rows. Each scale and offset is a product of the file's numbers that float32 holds
 exactly, so q * scale + offset rounds as llama.cpp's dequantization does. Any other type is
-refused (exactness.NotExactError) unless requantizing was asked for."""
+refused (exactness.NotExactError) unless requantizing was asked for. The K-quants also keep
+their scales' own factors (Factors), so that tiles can hold a byte per group instead of a float."""
 
 from __future__ import annotations
 
@@ -32,9 +33,35 @@ Floats32 = npt.NDArray[np.float32]
 Rows = npt.NDArray[np.intp]  # an order of rows
 # A block type's numbers: 4-bit (0..15) or signed 8-bit values, and their scale and offset.
 Codes = npt.NDArray[np.uint8] | npt.NDArray[np.int8]
-Parts = tuple[Codes, Floats32, Floats32]
+Int8s = npt.NDArray[np.int8]
+# A K-quant block's factors (per block of 256: d, the per-group integers, dmin and the mins).
+KParts = tuple[Floats32, Int8s, Floats32 | None, Int8s | None]
+Parts = tuple[Codes, Floats32, Floats32, KParts | None]
+SUPER = 256  # inputs per K-quant block, whose d and dmin the group scales share
 # Float weights as the file holds them (bfloat16 as its uint16 bits).
 FileFloats = npt.NDArray[np.float32 | np.float16 | np.uint16]
+
+
+@dataclass(frozen=True)
+class Factors:
+    """A K-quant's group scales and offsets as the file holds them: a float per 256 inputs
+    times a small integer per group, scale = d * sc and offset = dmin * mn, each product exact
+    in float32 (an 11-bit float16 times a 7-bit integer)."""
+
+    d: Floats32  # (rows, cols / 256)
+    sc: Int8s  # (rows, groups)
+    dmin: Floats32 | None = None  # None: no offsets
+    mn: Int8s | None = None
+
+    def take_rows(self, order: Rows) -> Factors:
+        if self.dmin is None or self.mn is None:
+            return Factors(self.d[order], self.sc[order])
+        return Factors(self.d[order], self.sc[order], self.dmin[order], self.mn[order])
+
+    def split(self, reps: int) -> Factors:
+        """The same factors for groups `reps` times smaller."""
+        mn = None if self.mn is None else np.repeat(self.mn, reps, axis=1)
+        return Factors(self.d, np.repeat(self.sc, reps, axis=1), self.dmin, mn)
 
 
 @dataclass
@@ -45,6 +72,7 @@ class Blocks4:
     scale: Floats32  # (rows, cols / 32)
     offset: Floats32
     kind: str = "Q4_1"
+    factors: Factors | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -55,13 +83,15 @@ class Blocks4:
         return _values(self.q, self.scale, self.offset, BLOCK)
 
     def take_rows(self, order: Rows) -> Blocks4:
-        return Blocks4(self.q[order], self.scale[order], self.offset[order], self.kind)
+        f = None if self.factors is None else self.factors.take_rows(order)
+        return Blocks4(self.q[order], self.scale[order], self.offset[order], self.kind, f)
 
     def as8(self) -> Blocks8:
         """The same values as 8-bit weights (to share a fused linear with 8-bit parts)."""
         scale = np.repeat(self.scale, BLOCK // GROUP8, axis=1)
         offset = np.repeat(self.offset, BLOCK // GROUP8, axis=1)
-        return Blocks8(self.q.astype(np.int8), scale, offset, self.kind)
+        f = None if self.factors is None else self.factors.split(BLOCK // GROUP8)
+        return Blocks8(self.q.astype(np.int8), scale, offset, self.kind, f)
 
 
 @dataclass
@@ -72,6 +102,7 @@ class Blocks8:
     scale: Floats32  # (rows, cols / 16)
     offset: Floats32
     kind: str = "Q8_0"
+    factors: Factors | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -82,7 +113,8 @@ class Blocks8:
         return _values(self.q, self.scale, self.offset, GROUP8)
 
     def take_rows(self, order: Rows) -> Blocks8:
-        return Blocks8(self.q[order], self.scale[order], self.offset[order], self.kind)
+        f = None if self.factors is None else self.factors.take_rows(order)
+        return Blocks8(self.q[order], self.scale[order], self.offset[order], self.kind, f)
 
 
 @dataclass
@@ -146,12 +178,12 @@ def _bits(b: Bytes, shifts: list[int], mask: int) -> Bytes:
 def _q4_0(b: Bytes) -> Parts:
     d = _f16(b, 0)
     q = _bits(b[:, 2:18], [0, 4], 0x0F).reshape(-1, 32)
-    return q, d[:, None], (-8.0 * d)[:, None]
+    return q, d[:, None], (-8.0 * d)[:, None], None
 
 
 def _q4_1(b: Bytes) -> Parts:
     q = _bits(b[:, 4:20], [0, 4], 0x0F).reshape(-1, 32)
-    return q, _f16(b, 0)[:, None], _f16(b, 2)[:, None]
+    return q, _f16(b, 0)[:, None], _f16(b, 2)[:, None], None
 
 
 def _q5(b: Bytes, with_min: bool) -> Parts:
@@ -162,13 +194,19 @@ def _q5(b: Bytes, with_min: bool) -> Parts:
     q = (low | (high << np.uint8(4))).astype(np.int8)
     d = _f16(b, 0)
     if with_min:
-        return q, d[:, None], _f16(b, 2)[:, None]
-    return q - np.int8(16), d[:, None], np.zeros_like(d)[:, None]
+        return q, d[:, None], _f16(b, 2)[:, None], None
+    return q - np.int8(16), d[:, None], np.zeros_like(d)[:, None], None
 
 
 def _q8_0(b: Bytes) -> Parts:
     d = _f16(b, 0)
-    return np.ascontiguousarray(b[:, 2:34]).view(np.int8), d[:, None], np.zeros_like(d)[:, None]
+    q = np.ascontiguousarray(b[:, 2:34]).view(np.int8)
+    return q, d[:, None], np.zeros_like(d)[:, None], None
+
+
+def _ints(v: Floats32) -> Int8s:
+    out: Int8s = v.astype(np.int8)
+    return out
 
 
 def _scale_min_k4(s: Bytes) -> tuple[Floats32, Floats32]:
@@ -183,7 +221,8 @@ def _q4_k(b: Bytes) -> Parts:
     d, dmin = _f16(b, 0)[:, None], _f16(b, 2)[:, None]
     sc, mn = _scale_min_k4(b[:, 4:16])
     q = b[:, 16:144].reshape(-1, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
-    return (q & np.uint8(0x0F)).reshape(-1, 256), d * sc, -(dmin * mn)
+    k = (d, _ints(sc), dmin, _ints(-mn))
+    return (q & np.uint8(0x0F)).reshape(-1, 256), d * sc, -(dmin * mn), k
 
 
 def _q5_k(b: Bytes) -> Parts:
@@ -194,7 +233,8 @@ def _q5_k(b: Bytes) -> Parts:
     low = (low & np.uint8(0x0F)).reshape(-1, 8, 32)
     high = _bits(qh, list(range(8)), 1)  # (n, 8, 32): sub-block j's fifth bit
     q = (low | (high << np.uint8(4))).reshape(-1, 256).astype(np.int8)
-    return q, np.repeat(d * sc, 2, axis=1), np.repeat(-(dmin * mn), 2, axis=1)
+    k = (d, _ints(sc), dmin, _ints(-mn))
+    return q, np.repeat(d * sc, 2, axis=1), np.repeat(-(dmin * mn), 2, axis=1), k
 
 
 def _q6_k(b: Bytes) -> Parts:
@@ -203,9 +243,10 @@ def _q6_k(b: Bytes) -> Parts:
     qh = b[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
     qh = (qh & np.uint8(0x03)).reshape(-1, 8, 32)
     q = (ql | (qh << np.uint8(4))).astype(np.int8).reshape(-1, 256) - np.int8(32)
-    sc = np.ascontiguousarray(b[:, 192:208]).view(np.int8).astype(F32)
+    sc8 = np.ascontiguousarray(b[:, 192:208]).view(np.int8)
+    sc = sc8.astype(F32)
     d = _f16(b, 208)[:, None]
-    return q, d * sc, np.zeros_like(sc)
+    return q, d * sc, np.zeros_like(sc), (d, sc8, None, None)
 
 
 def _q2_k(b: Bytes) -> Parts:
@@ -213,7 +254,8 @@ def _q2_k(b: Bytes) -> Parts:
     q = b[:, 16:80].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
     q = (q & np.uint8(3)).reshape(-1, 256).astype(np.int8)
     d, dmin = _f16(b, 80)[:, None], _f16(b, 82)[:, None]
-    return q, d * (sc & 0x0F).astype(F32), -(dmin * (sc >> 4).astype(F32))
+    low, high = (sc & 0x0F).astype(F32), (sc >> 4).astype(F32)
+    return q, d * low, -(dmin * high), (d, _ints(low), dmin, _ints(-high))
 
 
 def _q3_k(b: Bytes) -> Parts:
@@ -225,13 +267,14 @@ def _q3_k(b: Bytes) -> Parts:
     high = s[:, 8:12].reshape(-1, 1, 4) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 4, 1)
     high = high.reshape(-1, 16)
     sc = ((low & np.uint8(0x0F)) | ((high & np.uint8(0x03)) << np.uint8(4))).astype(np.int8)
-    scale = d * (sc - np.int8(32)).astype(F32)
+    signed = (sc - np.int8(32)).astype(np.int8)
+    scale = d * signed.astype(F32)
     ql = (qs.reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 3
     qh = _bits(hmask, list(range(8)), 1) ^ np.uint8(1)  # a clear bit subtracts 4
     q = (ql.reshape(-1, 8, 32).astype(np.int8) - (qh << np.uint8(2)).astype(np.int8)).reshape(
         -1, 256
     )
-    return q, scale, np.zeros_like(scale)
+    return q, scale, np.zeros_like(scale), (d, signed, None, None)
 
 
 # GGUF type -> (bytes per block, values per block, reader, 4-bit values, per-block groups).
@@ -269,7 +312,7 @@ def decode(tensor: ReaderTensor, requantize: bool = False) -> Tensor:
     if kind.name in _READERS:
         size, per, read, four = _READERS[kind.name]
         blocks = np.ascontiguousarray(raw).view(np.uint8).reshape(-1, size)
-        q, scale, offset = read(blocks)
+        q, scale, offset, k = read(blocks)
         codes = np.ascontiguousarray(q).reshape(rows, cols)
         group = BLOCK if four else GROUP8
         reps = per // group // scale.shape[1]  # per-32 scales repeated for groups of 16
@@ -277,9 +320,10 @@ def decode(tensor: ReaderTensor, requantize: bool = False) -> Tensor:
         offset = np.ascontiguousarray(np.repeat(offset, reps, axis=1) if reps != 1 else offset)
         scale = scale.astype(F32).reshape(rows, cols // group)
         offset = offset.astype(F32).reshape(rows, cols // group)
+        factors = None if k is None else _factors(k, rows, cols, group, per)
         if four:
-            return Blocks4(codes.astype(np.uint8), scale, offset, kind.name)
-        return Blocks8(codes.astype(np.int8), scale, offset, kind.name)
+            return Blocks4(codes.astype(np.uint8), scale, offset, kind.name, factors)
+        return Blocks8(codes.astype(np.int8), scale, offset, kind.name, factors)
     if kind == T.F32:
         return Floats(np.ascontiguousarray(raw.view(F32).reshape(rows, cols)), "F32")
     if kind == T.F16:
@@ -290,6 +334,23 @@ def decode(tensor: ReaderTensor, requantize: bool = False) -> Tensor:
         raise NotExactError(str(getattr(tensor, "name", "?")), kind.name)
     values = np.asarray(dequantize(raw, kind), dtype=F32)
     return values.reshape(shape)
+
+
+def _factors(k: KParts, rows: int, cols: int, group: int, per: int) -> Factors:
+    """A tensor's K-quant factors, by row: d (rows, cols / 256) and the integers per group."""
+    d, sc, dmin, mn = k
+    reps = per // group // sc.shape[1]
+
+    def ints(v: Int8s) -> Int8s:
+        out: Int8s = np.ascontiguousarray(np.repeat(v, reps, axis=1) if reps != 1 else v)
+        return out.reshape(rows, cols // group)
+
+    def supers(v: Floats32) -> Floats32:
+        return np.ascontiguousarray(v, dtype=F32).reshape(rows, cols // SUPER)
+
+    if dmin is None or mn is None:
+        return Factors(supers(d), ints(sc))
+    return Factors(supers(d), ints(sc), supers(dmin), ints(mn))
 
 
 def _unpermute(w: Tensor, heads: int) -> Tensor:

@@ -32,7 +32,7 @@ from samchat.errors import ModelLoadError
 
 Say = Callable[[str], None]
 # Bumped when the packed layout or the quantization changes: older files are packed again.
-LAYOUT = "7"
+LAYOUT = "8"
 FORWARDS = ("native", "python")
 # A load's peak memory: the process itself (torch, the tokenizer, the native forward) up to
 # BASE_MEMORY, plus a factor of the GGUF's size to pack it (then map what it wrote), or of the

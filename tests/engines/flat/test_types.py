@@ -92,10 +92,17 @@ def test_the_tiles_hold_each_type_as_read(gguf_types: dict[str, Path]) -> None:
     expect = {"Q4_0": quant.TILES4, "Q4_1": quant.TILES4, "Q8_0": quant.TILES8}
     expect |= {"Q6_K": quant.TILES8K, "Q4_K_M": quant.TILES4K, "F16": quant.TILESF}
     expect |= {"BF16": quant.TILESF}
+    # Scales and offsets in the fewest exact bytes: float16 where the file's are, a K-quant's
+    # own float per 256 and byte per group, none for Q4_0's offsets (-8 times the scale).
+    modes = {"Q4_0": (quant.S16, quant.ZM8), "Q4_1": (quant.S16, quant.Z16)}
+    modes |= {"Q8_0": (quant.S16, quant.Z0), "Q6_K": (quant.SK, quant.Z0)}
+    modes |= {"Q4_K_M": (quant.SK, quant.ZK), "F16": (0, 0), "BF16": (0, 0)}
     for kind, tiles in expect.items():
         _, tensors = read_gguf(gguf_types[kind])
         got, _ = quant.tiles([tensors["1.gate"], tensors["1.up"]])
-        assert got == tiles, kind
+        assert quant.base_kind(got) == tiles, kind
+        assert ((got >> 3) & 3, (got >> 5) & 7) == modes[kind], kind
+        assert (got >> 8) & 3 == (2 if kind == "Q6_K" else 0), kind  # Q6_K in its own 6 bits
     _, tensors = read_gguf(gguf_types["BF16"])
     assert quant.tiles([tensors["0.down"]])[1]["tf"].dtype == torch.bfloat16
 
@@ -236,6 +243,7 @@ def test_a_type_not_computed_exactly_is_refused_by_name(
     assert "IQ4_NL" in str(caught.value) and "\n" not in str(caught.value)
     model = packed.load_flat(path, "iq", REQUANTIZED, tmp_path)
     assert model.native is not None
-    assert set(model.native.kinds[:-1]) == {quant.TILES4}  # every linear in 4 bits, as asked
+    # every linear in 4 bits, as asked
+    assert {quant.base_kind(k) for k in model.native.kinds[:-1]} == {quant.TILES4}
     assert REQUANTIZED in model.about
     assert LABELS[REQUANTIZED] == "int4 (requantized)"

@@ -65,8 +65,9 @@ def check(path: Path) -> list[str]:
         s, z = held.get("ts", torch.empty(0)), held.get("tz", torch.empty(0))
         x = rng.standard_normal((7, w.shape[1])).astype(np.float32)
         y = run(x, kind, q, s, z)
-        k256 = kind in (quant.TILES4K, quant.TILES8K)
-        xs = x.astype(np.float64) if kind == quant.TILESF else (rounded_k if k256 else rounded)(x)
+        base = quant.base_kind(kind)
+        k256 = base in (quant.TILES4K, quant.TILES8K)
+        xs = x.astype(np.float64) if base == quant.TILESF else (rounded_k if k256 else rounded)(x)
         wd = w.dequantize().astype(np.float64)
         ref, size = xs @ wd.T, np.abs(xs) @ np.abs(wd).T
         err = float(np.max(np.abs(y - ref) / np.maximum(size, 1e-30)))

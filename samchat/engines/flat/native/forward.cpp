@@ -15,6 +15,7 @@
 
 #include "tiles.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -73,7 +74,7 @@ enum Kind : int64_t {
 };
 
 struct Lin {
-  Kind kind;
+  int64_t kind;  // a Kind, with a tile kind's scales and offsets modes above it (quant.py)
   at::Tensor a, b, c;  // torch: weight, scales; tiles: q, s, z (z may be empty; float: q)
 };
 
@@ -99,19 +100,22 @@ std::shared_ptr<Model> model_at(int64_t handle) {
 
 // x (n, K) float32 -> (n, O) float32. torch's kernels take bfloat16 rows and give them back.
 at::Tensor linear(const Lin& l, const at::Tensor& x) {
-  switch (l.kind) {
+  const int sm = static_cast<int>((l.kind >> 3) & 3), zm = static_cast<int>((l.kind >> 5) & 7);
+  const int eb = static_cast<int>((l.kind >> 8) & 3);
+  const int32_t bias = static_cast<int32_t>((l.kind >> 10) & 3) * 16;
+  switch (static_cast<Kind>(l.kind & 7)) {
     case TORCH_INT4:
       return at::_weight_int4pack_mm_for_cpu(x.to(at::kBFloat16), l.a, 32, l.b).to(at::kFloat);
     case TORCH_INT8:
       return at::_weight_int8pack_mm(x.to(at::kBFloat16), l.a, l.b).to(at::kFloat);
     case TILES4:
-      return tiles::linear(tiles::HELD4, x, l.a, l.b, l.c);
+      return tiles::linear(tiles::HELD4, x, l.a, l.b, l.c, false, sm, zm, eb, bias);
     case TILES8:
-      return tiles::linear(tiles::HELD8, x, l.a, l.b, l.c);
+      return tiles::linear(tiles::HELD8, x, l.a, l.b, l.c, false, sm, zm, eb, bias);
     case TILES4K:
-      return tiles::linear(tiles::HELD4, x, l.a, l.b, l.c, true);
+      return tiles::linear(tiles::HELD4, x, l.a, l.b, l.c, true, sm, zm, eb, bias);
     case TILES8K:
-      return tiles::linear(tiles::HELD8, x, l.a, l.b, l.c, true);
+      return tiles::linear(tiles::HELD8, x, l.a, l.b, l.c, true, sm, zm, eb, bias);
     default:
       return tiles::linear(tiles::HELDF, x, l.a, l.b, l.c);
   }
@@ -184,7 +188,8 @@ int64_t flat_load(std::vector<at::Tensor> t, std::vector<int64_t> kinds,
     it += 5;
   }
   for (int64_t i = 0; i < lins; ++i) {
-    Lin l{static_cast<Kind>(kinds[i]), it[0], it[1], it[2]};
+    TORCH_CHECK_VALUE(kinds[i] >= 0 && (kinds[i] & 7) <= TILES8K, "no linear of kind ", kinds[i]);
+    Lin l{kinds[i], it[0], it[1], it[2]};
     it += 3;
     m->lins.push_back(l);
   }
@@ -425,11 +430,36 @@ at::Tensor flat_forward(int64_t handle, const at::Tensor& ids, const at::Tensor&
 // One tiled linear alone (tests and measurements): a tile kind, TILES4 .. TILES8K.
 at::Tensor flat_linear(const at::Tensor& x, int64_t kind, const at::Tensor& q,
                        const at::Tensor& s, const at::Tensor& z) {
-  TORCH_CHECK(kind >= TILES4 && kind <= TILES8K, "no tiles of kind ", kind);
-  return linear(Lin{static_cast<Kind>(kind), q, s, z}, x.contiguous());
+  TORCH_CHECK((kind & 7) >= TILES4 && (kind & 7) <= TILES8K, "no tiles of kind ", kind);
+  return linear(Lin{kind, q, s, z}, x.contiguous());
+}
+
+// Reads every byte of `bytes` (a multiple of 64), on all threads, as a one-token step reads its
+// weights: the machine's read bandwidth, the yardstick of a step (bench engines).
+int64_t flat_read(const at::Tensor& bytes) {
+  TORCH_CHECK(bytes.is_contiguous() && bytes.numel() * bytes.element_size() % 4096 == 0,
+              "a contiguous tensor of whole 4096-byte pages");
+  const auto* p = reinterpret_cast<const tiles::v16i*>(bytes.data_ptr());
+  const int64_t pages = bytes.numel() * bytes.element_size() / 4096;
+  std::atomic<int64_t> seen{0};
+  at::parallel_for(0, pages, 64, [&](int64_t lo, int64_t hi) {
+    tiles::v16i a{}, b{}, c{}, d{};
+    for (int64_t i = lo * 64; i < hi * 64; i += 4) {
+      a ^= p[i];
+      b ^= p[i + 1];
+      c ^= p[i + 2];
+      d ^= p[i + 3];
+    }
+    const tiles::v16i all = a ^ b ^ c ^ d;
+    int64_t mix = 0;
+    for (int l = 0; l < 16; ++l) mix ^= all[l];
+    seen ^= mix;
+  });
+  return seen.load();
 }
 
 TORCH_LIBRARY(samchat_flat, lib) {
+  lib.def("read(Tensor bytes) -> int", &flat_read);
   lib.def("linear(Tensor x, int kind, Tensor q, Tensor s, Tensor z) -> Tensor", &flat_linear);
   lib.def("load(Tensor[] t, int[] kinds, int[] dims, float eps) -> int", &flat_load);
   lib.def("free(int handle) -> ()", &flat_free);

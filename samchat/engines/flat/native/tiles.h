@@ -15,6 +15,12 @@
 //   byte q + 128 of input 4c + i for output l; s and z (O/16, K/16, 16) float32 (z may be
 //   empty: zero), w = q * s + z. The 128 is taken off in integers (sum(q * xq) exact).
 //
+// Scales and offsets are held in the fewest bytes that keep them exact (a step's time is the
+// reading of the weights): float32 or float16 per group, or a K-quant's own form, a float32 per
+// block of 256 inputs times a signed byte per group (bytes (O/16, K/256, 64 + 16 * groups): the
+// 16 outputs' floats, then each group's 16 bytes), rebuilt here as one exact product; offsets
+// may also be none, or -8 times the scale (Q4_0). Each rebuilt value equals the stored float.
+//
 // Float tiles (F32, F16, BF16): tf (O/16, K, 16) in the file's type; each row's inputs stay
 // float32 and each output's products are added in K order, one fused multiply-add at a time.
 #pragma once
@@ -92,6 +98,34 @@ inline v16f load16(const float* p) {
 }
 
 typedef uint8_t v64u __attribute__((vector_size(64)));
+typedef int8_t v16c __attribute__((vector_size(16)));
+
+// How group scales and offsets are held (quant.py's S32 .. ZM8).
+enum Scales : int { S32 = 0, S16 = 1, SK = 2 };
+enum Offsets : int { Z0 = 0, Z32 = 1, Z16 = 2, ZK = 3, ZM8 = 4 };
+
+inline v16f widen_f16(const uint16_t* p);
+
+// Group g's 16 values held as M (S32, S16 or SK), at p, a tile's scales; GPB groups per 256.
+template <int M, int GPB>
+inline v16f group_values(const uint8_t* p, int64_t g) {
+  if constexpr (M == S32) {
+    return load16(reinterpret_cast<const float*>(p) + g * 16);
+  } else if constexpr (M == S16) {
+    return widen_f16(reinterpret_cast<const uint16_t*>(p) + g * 16);
+  } else {
+    const uint8_t* block = p + (g / GPB) * (64 + 16 * GPB);
+    v16c ints;
+    std::memcpy(&ints, block + 64 + (g % GPB) * 16, 16);
+    return load16(reinterpret_cast<const float*>(block)) * __builtin_convertvector(ints, v16f);
+  }
+}
+
+// Bytes of a tile's scales held as M, for K inputs in groups of `group`.
+inline int64_t scale_bytes(int m, int64_t K, int64_t group) {
+  if (m == SK) return K / 256 * (64 + 16 * (256 / group));
+  return K / group * 16 * (m == S16 ? 2 : 4);
+}
 
 // acc + the sums of four products of unsigned bytes w and signed bytes x, lane by lane.
 // Exact integers (at most 4 * 15 * 127 per step), so every instruction set agrees.
@@ -127,11 +161,11 @@ inline v16i splat4(const int8_t* p) {
   return v16i{} + word;
 }
 
-// Rows r0 .. r0 + R of T neighbouring 4-bit tiles.
-template <int R, int T>
-inline void tile4(const uint8_t* q, const float* s, const float* z, int64_t qstride,
-                  int64_t sstride, int64_t K, const int8_t* xq, const float* dx, const float* sx,
-                  int64_t r0, float* y, int64_t O, int64_t b) {
+// Rows r0 .. r0 + R of T neighbouring 4-bit tiles, scales held as SM, offsets as ZM.
+template <int R, int T, int SM, int ZM>
+inline void tile4(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t qstride,
+                  int64_t sstride, int64_t zstride, int64_t K, const int8_t* xq, const float* dx,
+                  const float* sx, int64_t r0, float* y, int64_t O, int64_t b) {
   const int64_t G = K / 32;
   v16f acc[T][R];
   for (int t = 0; t < T; ++t)
@@ -153,12 +187,21 @@ inline void tile4(const uint8_t* q, const float* s, const float* z, int64_t qstr
       }
     }
     for (int t = 0; t < T; ++t) {
-      const v16f sg = load16(s + t * sstride + g * 16), zg = load16(z + t * sstride + g * 16);
+      const v16f sg = group_values<SM, 8>(s + t * sstride, g);
+      v16f zg{};
+      if constexpr (ZM == ZM8)
+        zg = sg * splat(-8.0f);  // exact: a power of two
+      else if constexpr (ZM == Z32)
+        zg = group_values<S32, 8>(z + t * zstride, g);
+      else if constexpr (ZM == Z16)
+        zg = group_values<S16, 8>(z + t * zstride, g);
+      else if constexpr (ZM == ZK)
+        zg = group_values<SK, 8>(z + t * zstride, g);
       for (int r = 0; r < R; ++r) {
         const int64_t at = (r0 + r) * G + g;
         const v16f f = __builtin_convertvector(sums[t][r], v16f);
         acc[t][r] = madd(f, sg * splat(dx[at]), acc[t][r]);
-        acc[t][r] = madd(zg, splat(sx[at]), acc[t][r]);
+        if constexpr (ZM != Z0) acc[t][r] = madd(zg, splat(sx[at]), acc[t][r]);
       }
     }
   }
@@ -177,11 +220,12 @@ inline v16i dot8(v16i acc, v64u w, v16i x) {
 #endif
 }
 
-// Rows r0 .. r0 + R of T neighbouring 8-bit tiles.
-template <int R, int T>
-inline void tile8(const uint8_t* q, const float* s, const float* z, int64_t qstride,
-                  int64_t sstride, int64_t K, const int8_t* xq, const float* dx,
-                  const int32_t* x16, int64_t r0, float* y, int64_t O, int64_t b) {
+// Rows r0 .. r0 + R of T neighbouring 8-bit tiles, scales held as SM, offsets as ZM.
+template <int R, int T, int SM, int ZM>
+inline void tile8(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t qstride,
+                  int64_t sstride, int64_t zstride, int64_t K, const int8_t* xq,
+                  const float* dx, const int32_t* x16, int64_t r0, float* y, int64_t O,
+                  int64_t b) {
   const int64_t G = K / 16, G32 = K / 32;
   v16f acc[T][R];
   for (int t = 0; t < T; ++t)
@@ -199,15 +243,87 @@ inline void tile8(const uint8_t* q, const float* s, const float* z, int64_t qstr
       }
     }
     for (int t = 0; t < T; ++t) {
-      const v16f sg = load16(s + t * sstride + g * 16);
+      const v16f sg = group_values<SM, 16>(s + t * sstride, g);
+      v16f zg{};
+      if constexpr (ZM == ZM8)
+        zg = sg * splat(-8.0f);
+      else if constexpr (ZM == Z32)
+        zg = group_values<S32, 16>(z + t * zstride, g);
+      else if constexpr (ZM == Z16)
+        zg = group_values<S16, 16>(z + t * zstride, g);
+      else if constexpr (ZM == ZK)
+        zg = group_values<SK, 16>(z + t * zstride, g);
       for (int r = 0; r < R; ++r) {
         const int32_t xs = x16[(r0 + r) * G + g];
         const float d = dx[(r0 + r) * G32 + g / 2];
         const v16f f = __builtin_convertvector(sums[t][r] - 128 * xs, v16f);
         acc[t][r] = madd(f, sg * splat(d), acc[t][r]);
-        if (z != nullptr)
-          acc[t][r] = madd(load16(z + t * sstride + g * 16), splat(d * static_cast<float>(xs)),
-                           acc[t][r]);
+        if constexpr (ZM != Z0) acc[t][r] = madd(zg, splat(d * static_cast<float>(xs)), acc[t][r]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) std::memcpy(y + (r0 + r) * O + (b + t) * 16, &acc[t][r], 64);
+}
+
+// Rows r0 .. r0 + R of T neighbouring 5- or 6-bit tiles (B extra bits: Q5_0, Q5_1, Q5_K, Q6_K
+// in their own bits, not a byte each). Per tile and group of 32 inputs: 256 bytes of low
+// nibbles in the 4-bit tiles' order, then B vectors of 64 bytes holding the high bits, each
+// byte (output l, i) those of the inputs 8c + 4h + i at bit B * (2c + h) of vector
+// B * (2c + h) / 8. The unsigned value u = q + bias; the bias is taken off in integers, so the
+// sums, and so the results, equal the 8-bit tiles' of the same numbers.
+template <int R, int T, int SM, int ZM, int B>
+inline void tilep(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t qstride,
+                  int64_t sstride, int64_t zstride, int64_t K, int32_t bias, const int8_t* xq,
+                  const float* dx, const int32_t* x16, int64_t r0, float* y, int64_t O,
+                  int64_t b) {
+  constexpr int64_t GB = 256 + 64 * B;  // bytes per group of 32 inputs, per tile
+  constexpr uint8_t MASK = (1 << B) - 1;
+  const int64_t G = K / 16, G32 = K / 32;
+  v16f acc[T][R];
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) acc[t][r] = v16f{};
+  for (int64_t g = 0; g < G32; ++g) {
+    v16i sums[2][T][R];
+    for (int j = 0; j < 2; ++j)
+      for (int t = 0; t < T; ++t)
+        for (int r = 0; r < R; ++r) sums[j][t][r] = v16i{};
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* base = q + t * qstride + g * GB;
+      v64u ext[B];
+      for (int v = 0; v < B; ++v) std::memcpy(&ext[v], base + 256 + 64 * v, 64);
+      for (int c = 0; c < 4; ++c) {
+        v64u n;
+        std::memcpy(&n, base + c * 64, 64);
+        const int p0 = B * (2 * c), p1 = B * (2 * c + 1);
+        const v64u lo = (n & 15) | (((ext[p0 / 8] >> (p0 % 8)) & MASK) << 4);
+        const v64u hi = (n >> 4) | (((ext[p1 / 8] >> (p1 % 8)) & MASK) << 4);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xr = xq + (r0 + r) * K + g * 32 + c * 8;
+          sums[c / 2][t][r] = dot4(sums[c / 2][t][r], lo, splat4(xr));
+          sums[c / 2][t][r] = dot4(sums[c / 2][t][r], hi, splat4(xr + 4));
+        }
+      }
+    }
+    for (int j = 0; j < 2; ++j) {
+      const int64_t g16 = 2 * g + j;
+      for (int t = 0; t < T; ++t) {
+        const v16f sg = group_values<SM, 16>(s + t * sstride, g16);
+        v16f zg{};
+        if constexpr (ZM == Z32)
+          zg = group_values<S32, 16>(z + t * zstride, g16);
+        else if constexpr (ZM == Z16)
+          zg = group_values<S16, 16>(z + t * zstride, g16);
+        else if constexpr (ZM == ZK)
+          zg = group_values<SK, 16>(z + t * zstride, g16);
+        for (int r = 0; r < R; ++r) {
+          const int32_t xs = x16[(r0 + r) * G + g16];
+          const float d = dx[(r0 + r) * G32 + g];
+          const v16f f = __builtin_convertvector(sums[j][t][r] - bias * xs, v16f);
+          acc[t][r] = madd(f, sg * splat(d), acc[t][r]);
+          if constexpr (ZM != Z0)
+            acc[t][r] = madd(zg, splat(d * static_cast<float>(xs)), acc[t][r]);
+        }
       }
     }
   }
@@ -270,26 +386,35 @@ struct Rows8 {
   const int32_t* x16;
 };
 
-// All n rows of T tiles starting at tile b, a few rows at a time.
-template <int T>
-inline void span(Held held, int elem, const uint8_t* q, const float* s, const float* z,
-                 int64_t qstride, int64_t sstride, int64_t K, const float* x, const Rows8& x8,
-                 int64_t n, float* y, int64_t O, int64_t b) {
+// Where a linear's tiles are: q, the scales s and offsets z (bytes), and the strides between
+// tiles (q in its elements, s and z in bytes).
+struct Where {
+  const uint8_t *q, *s, *z;
+  int64_t qstride, sstride, zstride;
+  int32_t bias;  // 5- and 6-bit tiles: u = q + bias
+};
+
+// All n rows of T tiles starting at tile b, a few rows at a time: quantized tiles (H = HELD4 or
+// HELD8) with scales SM and offsets ZM, or float tiles of element type SM (H = HELDF).
+template <int T, int H, int SM, int ZM, int EB>
+inline void span(const Where& h, int64_t K, const float* x, const Rows8& x8, int64_t n, float* y,
+                 int64_t O, int64_t b) {
   constexpr int MOST = 4;
   for (int64_t r0 = 0; r0 < n; r0 += MOST) {
     const int64_t left = n - r0 < MOST ? n - r0 : MOST;
 #define SAMCHAT_TILE(R)                                                                        \
   if (left == R) {                                                                             \
-    if (held == HELD4)                                                                         \
-      tile4<R, T>(q, s, z, qstride, sstride, K, x8.xq, x8.dx, x8.sx, r0, y, O, b);             \
-    else if (held == HELD8)                                                                    \
-      tile8<R, T>(q, s, z, qstride, sstride, K, x8.xq, x8.dx, x8.x16, r0, y, O, b);            \
-    else if (elem == F32)                                                                      \
-      tilef<R, T, F32>(q, qstride, K, x, r0, y, O, b);                                         \
-    else if (elem == F16)                                                                      \
-      tilef<R, T, F16>(q, qstride, K, x, r0, y, O, b);                                         \
+    if constexpr (H == HELD4)                                                                  \
+      tile4<R, T, SM, ZM>(h.q, h.s, h.z, h.qstride, h.sstride, h.zstride, K, x8.xq, x8.dx,     \
+                          x8.sx, r0, y, O, b);                                                 \
+    else if constexpr (H == HELD8 && EB > 0)                                                   \
+      tilep<R, T, SM, ZM, EB>(h.q, h.s, h.z, h.qstride, h.sstride, h.zstride, K, h.bias,       \
+                              x8.xq, x8.dx, x8.x16, r0, y, O, b);                              \
+    else if constexpr (H == HELD8)                                                             \
+      tile8<R, T, SM, ZM>(h.q, h.s, h.z, h.qstride, h.sstride, h.zstride, K, x8.xq, x8.dx,     \
+                          x8.x16, r0, y, O, b);                                                \
     else                                                                                       \
-      tilef<R, T, BF16>(q, qstride, K, x, r0, y, O, b);                                        \
+      tilef<R, T, SM>(h.q, h.qstride, K, x, r0, y, O, b);                                      \
   }
     SAMCHAT_TILE(1)
     SAMCHAT_TILE(2)
@@ -297,6 +422,26 @@ inline void span(Held held, int elem, const uint8_t* q, const float* s, const fl
     SAMCHAT_TILE(4)
 #undef SAMCHAT_TILE
   }
+}
+
+// All tiles of a linear, split between the threads (four tiles at a time where they divide the
+// outputs: independent sums keep the units busy).
+template <int H, int SM, int ZM, int EB = 0>
+inline void all_tiles(const Where& h, int64_t blocks, int64_t K, const float* x, const Rows8& x8,
+                      int64_t n, float* y, int64_t O, int64_t per_byte) {
+  const int64_t T = blocks % 4 == 0 ? 4 : 1;
+  at::parallel_for(0, blocks / T, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t c = lo; c < hi; ++c) {
+      const int64_t b = c * T;
+      const Where hb{h.q + b * h.qstride * per_byte, h.s + b * h.sstride,
+                    h.z == nullptr ? nullptr : h.z + b * h.zstride, h.qstride, h.sstride,
+                    h.zstride, h.bias};
+      if (T == 4)
+        span<4, H, SM, ZM, EB>(hb, K, x, x8, n, y, O, b);
+      else
+        span<1, H, SM, ZM, EB>(hb, K, x, x8, n, y, O, b);
+    }
+  });
 }
 
 inline float nearest(float t) { return (t + 12582912.0f) - 12582912.0f; }  // ties to even
@@ -343,23 +488,36 @@ inline void quantize_rows(const float* x, int64_t n, int64_t K, bool k256, int8_
     }
 }
 
-// y = x @ W.T for x (n, K) float32. held: HELD4 (q = t4, s, z), HELD8 (q = t8, s, z or an
-// empty z) or HELDF (q = tf of float32, float16 or bfloat16; s and z unused); k256: inputs
-// rounded per 256 (quantize_rows).
+// y = x @ W.T for x (n, K) float32. held: HELD4 (q = t4), HELD8 (q = t8, or with eb extra
+// bits the 5- or 6-bit planes and bias of tilep) with scales s held as sm and offsets z as zm
+// (quant.py's modes), or HELDF (q = tf of float32, float16 or bfloat16; s and z unused); k256:
+// inputs rounded per 256 (quantize_rows).
 inline at::Tensor linear(Held held, const at::Tensor& x, const at::Tensor& q, const at::Tensor& s,
-                         const at::Tensor& z, bool k256 = false) {
+                         const at::Tensor& z, bool k256 = false, int sm = S32, int zm = Z32,
+                         int eb = 0, int32_t bias = 0) {
   const int64_t n = x.size(0), K = x.size(1), blocks = q.size(0), O = blocks * 16;
   TORCH_CHECK(K % (k256 ? 256 : 32) == 0, "a tiled linear takes inputs in groups of ",
               k256 ? 256 : 32, ", not ", K);
   int elem = F32;
   int64_t per_byte = 1;  // bytes of q per input and output
-  if (held == HELD4) {
-    TORCH_CHECK(q.numel() == blocks * K / 2 * 16 && s.numel() == blocks * K / 32 * 16 &&
-                    z.numel() == s.numel(), "4-bit tiles of another shape");
-  } else if (held == HELD8) {
-    TORCH_CHECK(q.numel() == blocks * K * 16 && s.numel() == blocks * K / 16 * 16 &&
-                    (!z.defined() || z.numel() == 0 || z.numel() == s.numel()),
-                "8-bit tiles of another shape");
+  const auto bytes = [](const at::Tensor& t) {
+    return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+  };
+  const int64_t group = held == HELD4 ? 32 : 16;
+  if (held != HELDF) {
+    TORCH_CHECK(sm >= S32 && sm <= SK && zm >= Z0 && zm <= ZM8, "no scales of mode ", sm, "/", zm);
+    TORCH_CHECK(held == HELD4 || zm != ZM8, "8-bit tiles take no -8 offsets");
+    TORCH_CHECK((sm != SK && zm != ZK) || K % 256 == 0, "K-quant scales need inputs in 256s");
+    TORCH_CHECK(eb == 0 || (held == HELD8 && (eb == 1 || eb == 2)), "no tiles of ", eb, " bits more");
+    TORCH_CHECK(q.numel() == (eb > 0 ? blocks * (K / 32) * (256 + 64 * eb)
+                                     : blocks * K * 16 / (held == HELD4 ? 2 : 1)),
+                held == HELD4 ? "4-bit" : (eb > 0 ? "5- or 6-bit" : "8-bit"),
+                " tiles of another shape");
+    TORCH_CHECK(bytes(s) == blocks * scale_bytes(sm, K, group), "scales of another shape");
+    const bool offsets = zm != Z0 && zm != ZM8;
+    TORCH_CHECK(offsets ? bytes(z) == blocks * scale_bytes(zm - 1, K, group) : bytes(z) == 0,
+                "offsets of another shape");
+    TORCH_CHECK(s.is_contiguous() && (!offsets || z.is_contiguous()), "contiguous scales");
   } else {
     elem = q.scalar_type() == at::kHalf ? F16 : (q.scalar_type() == at::kBFloat16 ? BF16 : F32);
     TORCH_CHECK(elem != F32 || q.scalar_type() == at::kFloat, "float tiles of another type");
@@ -367,19 +525,22 @@ inline at::Tensor linear(Held held, const at::Tensor& x, const at::Tensor& q, co
     per_byte = elem == F32 ? 4 : 2;
   }
   TORCH_CHECK(x.scalar_type() == at::kFloat && x.is_contiguous(), "float32 rows");
+  TORCH_CHECK(q.is_contiguous(), "contiguous tiles");
   at::Tensor y = at::empty({n, O}, at::kFloat);
-  const uint8_t* qp = reinterpret_cast<const uint8_t*>(q.data_ptr());
-  const float* sp = held == HELDF ? nullptr : s.data_ptr<float>();
-  const bool offsets = held != HELDF && z.defined() && z.numel() > 0;
-  const float* zp = offsets ? z.data_ptr<float>() : nullptr;
   const float* xp = x.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  // Strides between tiles, in q's elements (bytes for quantized tiles) and in scales.
-  const int64_t qstride = held == HELD4 ? K / 2 * 16 : K * 16;
-  const int64_t sstride = held == HELD4 ? K / 32 * 16 : K;
+  // Strides between tiles: q's in its elements (bytes for quantized tiles), s's and z's bytes.
+  Where h{reinterpret_cast<const uint8_t*>(q.data_ptr()), nullptr, nullptr,
+         held == HELD4 ? K / 2 * 16 : (eb > 0 ? K / 32 * (256 + 64 * eb) : K * 16), 0, 0, bias};
   at::Tensor xq, dx, sx, x16;
   Rows8 x8{nullptr, nullptr, nullptr, nullptr};
   if (held != HELDF) {
+    h.s = reinterpret_cast<const uint8_t*>(s.data_ptr());
+    h.sstride = scale_bytes(sm, K, group);
+    if (zm != Z0 && zm != ZM8) {
+      h.z = reinterpret_cast<const uint8_t*>(z.data_ptr());
+      h.zstride = scale_bytes(zm - 1, K, group);
+    }
     xq = at::empty({n, K}, at::kChar);
     dx = at::empty({n, K / 32}, at::kFloat);
     sx = at::empty({n, K / 32}, at::kFloat);
@@ -389,20 +550,30 @@ inline at::Tensor linear(Held held, const at::Tensor& x, const at::Tensor& q, co
     x8 = Rows8{xq.data_ptr<int8_t>(), dx.data_ptr<float>(), sx.data_ptr<float>(),
                x16.data_ptr<int32_t>()};
   }
-  // Four tiles at a time where they divide the outputs (independent sums keep the units busy).
-  const int64_t T = blocks % 4 == 0 ? 4 : 1;
-  at::parallel_for(0, blocks / T, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t c = lo; c < hi; ++c) {
-      const int64_t b = c * T;
-      const uint8_t* qb = qp + b * qstride * per_byte;
-      const float* sb = sp != nullptr ? sp + b * sstride : nullptr;
-      const float* zb = zp != nullptr ? zp + b * sstride : nullptr;
-      if (T == 4)
-        span<4>(held, elem, qb, sb, zb, qstride, sstride, K, xp, x8, n, yp, O, b);
-      else
-        span<1>(held, elem, qb, sb, zb, qstride, sstride, K, xp, x8, n, yp, O, b);
-    }
-  });
+  // The forms quant.py writes; any other pair is refused above or here.
+#define SAMCHAT_HELD(H, SM, ZM, EB)                                          \
+  if (held == H && sm == SM && zm == ZM && eb == EB)                         \
+    return all_tiles<H, SM, ZM, EB>(h, blocks, K, xp, x8, n, yp, O, per_byte), y;
+  if (held == HELDF) {
+    if (elem == F32) return all_tiles<HELDF, F32, Z0>(h, blocks, K, xp, x8, n, yp, O, per_byte), y;
+    if (elem == F16) return all_tiles<HELDF, F16, Z0>(h, blocks, K, xp, x8, n, yp, O, per_byte), y;
+    return all_tiles<HELDF, BF16, Z0>(h, blocks, K, xp, x8, n, yp, O, per_byte), y;
+  }
+  SAMCHAT_HELD(HELD4, S32, Z32, 0)  // requantized, or any other 4-bit type
+  SAMCHAT_HELD(HELD4, S16, ZM8, 0)  // Q4_0
+  SAMCHAT_HELD(HELD4, S16, Z16, 0)  // Q4_1
+  SAMCHAT_HELD(HELD4, SK, ZK, 0)    // Q4_K
+  SAMCHAT_HELD(HELD8, S32, Z0, 0)
+  SAMCHAT_HELD(HELD8, S32, Z32, 0)
+  SAMCHAT_HELD(HELD8, S16, Z0, 0)   // Q8_0
+  SAMCHAT_HELD(HELD8, SK, Z0, 0)    // Q3_K
+  SAMCHAT_HELD(HELD8, SK, ZK, 0)    // Q2_K
+  SAMCHAT_HELD(HELD8, S16, Z0, 1)   // Q5_0
+  SAMCHAT_HELD(HELD8, S16, Z16, 1)  // Q5_1
+  SAMCHAT_HELD(HELD8, SK, ZK, 1)    // Q5_K
+  SAMCHAT_HELD(HELD8, SK, Z0, 2)    // Q6_K
+#undef SAMCHAT_HELD
+  TORCH_CHECK(false, "no tiles hold scales ", sm, " with offsets ", zm);
   return y;
 }
 
