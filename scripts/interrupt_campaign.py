@@ -138,13 +138,26 @@ def _env(home: Path, cache: Path | None = None) -> dict[str, str]:
     return env
 
 
+def as_from_a_terminal() -> None:
+    """SIGINT as a terminal's foreground process gets it: a campaign started in the background
+    ignores it, and its children would inherit that (Python then installs no handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def interrupt_process(
     argv: list[str], env: dict[str, str], delay: float, trial: Trial, ready: str | None = None
 ) -> tuple[str, str]:
     """Start `argv`, SIGINT it `delay` s after it started (after `ready` appears on stderr,
     if given), and time how long it takes to end. Returns (stdout, stderr)."""
     proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        preexec_fn=as_from_a_terminal,
     )
     err: list[str] = []
     seen = threading.Event()
@@ -283,7 +296,13 @@ def serve_trial(home: Path, rng: random.Random, n: int) -> Trial:
     clients: list[threading.Thread] = []
     env = _env(home)
     proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        preexec_fn=as_from_a_terminal,
     )
     assert proc.stderr is not None
     url = ""

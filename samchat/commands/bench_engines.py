@@ -61,27 +61,18 @@ def run(args: argparse.Namespace) -> int:
 def _reads(spec: ModelSpec, cache: Path, speeds: list[EngineSpeed]) -> dict[str, Any]:
     """Each engine's weight bytes read per step as a share of the machine's read bandwidth
     (printed lines under "lines")."""
-    from samchat.engines.bandwidth import (
-        gguf_step_bytes,
-        newest_packing,
-        packed_step_bytes,
-        read_bandwidth,
-    )
+    from samchat.engines.bandwidth import read_bandwidth, step_bytes
     from samchat.models.engine_choice import gguf_file
 
     path = gguf_file(spec)
     bandwidth = read_bandwidth(cache)
     if path is None or bandwidth is None:
         return {}
-    packed = newest_packing(cache, path)
     lines = [f"read bandwidth {bandwidth / 1e9:.1f} GB/s (a 1 GiB read on every thread)"]
     out: dict[str, Any] = {"bandwidth_gbs": bandwidth / 1e9}
     for s in speeds:
-        if s.engine == "llamacpp":
-            step = gguf_step_bytes(path)
-        elif s.engine == "flat" and packed is not None:
-            step = packed_step_bytes(packed)
-        else:
+        step = step_bytes(s.engine, path, cache)
+        if step is None:
             continue
         rate = step / (s.ms_per_token / 1000)
         share = rate / bandwidth

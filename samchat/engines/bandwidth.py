@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 READ_BYTES = 1 << 30  # larger than the caches, as a model's weights are
-_ELEMENT = {"U8": 1, "I8": 1, "F16": 2, "BF16": 2, "F32": 4, "I32": 4, "I64": 8}
 _TILES = (".t4", ".t8", ".tf", ".ts", ".tz")
 
 
@@ -42,26 +41,29 @@ def gguf_step_bytes(path: Path) -> int:
 
 
 def packed_step_bytes(packed: Path) -> int:
-    """The bytes of a flat engine's packed file that a one-token step reads: every linear's
+    """The bytes of a flat engine's kept file that a one-token step reads: every linear's
     tiles, scales and offsets, the output projection's too."""
-    from safetensors import safe_open
+    from samchat.engines.flat import packfile
 
-    total = 0
-    with safe_open(str(packed), framework="pt") as f:
-        for key in f.keys():  # noqa: SIM118 (safe_open is not iterable)
-            if key.endswith(_TILES):
-                part = f.get_slice(key)
-                count = 1
-                for n in part.get_shape():
-                    count *= n
-                total += count * _ELEMENT[part.get_dtype()]
-    return total
+    _, tensors = packfile.read(packed)
+    return sum(t.numel() * t.element_size() for k, t in tensors.items() if k.endswith(_TILES))
 
 
 def newest_packing(cache_dir: Path, model: Path) -> Path | None:
-    """The packed file kept last for the GGUF at `model`, if any."""
+    """The flat engine's file kept last for the GGUF at `model`, if any."""
     kept = sorted(
-        (cache_dir / "packed").glob(f"{model.stem[:60]}-*.safetensors"),
-        key=lambda p: p.stat().st_mtime,
+        (cache_dir / "packed").glob(f"{model.stem[:60]}-*.flat"), key=lambda p: p.stat().st_mtime
     )
     return kept[-1] if kept else None
+
+
+def step_bytes(engine: str, model: Path, cache_dir: Path) -> int | None:
+    """The weight bytes `engine` reads in a one-token step of the GGUF at `model`: the file's
+    for llama.cpp, the kept tiles' for the flat engine (None before it has packed them, or for
+    another engine)."""
+    if engine == "llamacpp":
+        return gguf_step_bytes(model)
+    if engine == "flat":
+        packed = newest_packing(cache_dir, model)
+        return None if packed is None else packed_step_bytes(packed)
+    return None

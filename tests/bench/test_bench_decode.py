@@ -439,7 +439,9 @@ def test_bench_decode_compares_engines(tmp_path: Path, capsys: pytest.CaptureFix
         row = data[method]["overall"]
         pld = method.endswith(":pld")  # not run through a session: no per-drafter figures
         session_keys = {
-            "accepted_by", "mat_by", "steps_by", "predicted_vs_plain", "decode_speedup_vs_plain"
+            "accepted_by", "mat_by", "steps_by", "predicted_vs_plain", "decode_speedup_vs_plain",
+            "achieved_of_predicted", "engine_ms_per_step", "host_ms_per_step", "host_ms_by_part",
+            "engine_ms_by", "host_ms_by",
         }  # fmt: skip
         assert set(row) == KEYS | (set() if pld else session_keys)
         assert row["questions"] == 2 and row["tokens_per_s"] > 0 and row["mat"] >= 1.0

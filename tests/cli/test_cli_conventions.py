@@ -21,6 +21,7 @@ from samchat.cli import command_names
 from samchat.decoding.knobs import knobs
 from samchat.decoding.params import DecodingConfig, SamplingParams
 from samchat.store import Store
+from tests.terminal import as_from_a_terminal
 
 
 def env_for(home: Path) -> dict[str, str]:
@@ -73,14 +74,6 @@ def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
-def _as_from_a_terminal() -> None:
-    """SIGINT as a terminal's foreground process gets it: a test runner started in the
-    background ignores it, and one may block it; a child inherits both (Python then installs
-    no KeyboardInterrupt handler, or never sees the signal)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
 def test_ctrl_c_exits_130(tmp_path: Path) -> None:
     """`samchat rm` waits at its confirmation prompt (a terminal on stdin); Ctrl-C there ends
     it with 130 and one `[cancelled]` line, and nothing is deleted."""
@@ -96,7 +89,7 @@ def test_ctrl_c_exits_130(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env_for(tmp_path),
-        preexec_fn=_as_from_a_terminal,
+        preexec_fn=as_from_a_terminal,
     )
     os.close(slave)
     try:

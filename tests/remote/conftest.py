@@ -71,9 +71,13 @@ class LlamaServer:
 def samchat_server(
     tmp_path_factory: pytest.TempPathFactory, shared_costs: Path
 ) -> Iterator[Server]:
-    """`samchat serve --api-key KEY --save` on the default engine, reading the run's cost
-    curves (hence shared_costs: it must exist before the server starts)."""
-    running = Server(tmp_path_factory.mktemp("remote-samchat"), "--save", api_key=KEY)
+    """`samchat serve --api-key KEY --save` on llama.cpp, reading the run's cost curves (hence
+    shared_costs: it must exist before the server starts). The engine is named: left to auto,
+    the server would measure the engines after its first answer and might switch, and the
+    tests compare its replies with llama.cpp's here."""
+    running = Server(
+        tmp_path_factory.mktemp("remote-samchat"), "--save", "--engine", "llamacpp", api_key=KEY
+    )
     yield running
     assert running.stop() == 0, running.stderr()
 

@@ -34,6 +34,7 @@ from tests.remote.fake_servers import (
     stalling_server,
 )
 from tests.serve.serve_process import Server
+from tests.terminal import as_from_a_terminal
 
 LONG = SamplingParams(max_new_tokens=400, temperature=0.0)
 COUNT = [{"role": "user", "content": "Count from 1 to 300, one number per line."}]
@@ -151,6 +152,7 @@ def test_ctrl_c_in_ask_stops_a_stalled_reply(tmp_path: Path) -> None:
             [sys.executable, "-m", "samchat", "--model", f"openai:http://{where}/v1",
              "ask", "hi"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=as_from_a_terminal,
         )  # fmt: skip
         assert proc.stdout is not None
         assert proc.stdout.read(5) == "Hello"

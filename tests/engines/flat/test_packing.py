@@ -25,6 +25,7 @@ from samchat.engines.flat.forward import FlatModel
 from samchat.engines.flat.gguf_weights import read_gguf
 from samchat.engines.flat.native import SWITCH
 from tests.engines.flat.test_types import _rows_exact
+from tests.terminal import as_from_a_terminal
 
 LAYERS = 3
 IDS = [5, 9, 300, 1200, 77, 2000, 3, 64] * 4
@@ -166,6 +167,7 @@ def test_a_process_stopped_while_packing_leaves_no_file(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=as_from_a_terminal,
     )
     assert child.stdout is not None
     for line in child.stdout:
