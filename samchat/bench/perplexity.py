@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypedDict
 
 import numpy as np
@@ -22,7 +22,10 @@ CHUNK = 256
 @dataclass
 class Perplexity:
     perplexity: float
-    tokens: int  # tokens predicted (the text's tokens but the first)
+    tokens: int  # tokens predicted (each window's tokens but its first)
+    # Each window's summed negative log-likelihood, in order: the paired differences between
+    # methods, window by window, give the noise of a difference in perplexity.
+    window_nll: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, float | int]:
         return {"perplexity": self.perplexity, "tokens": self.tokens}
@@ -35,6 +38,10 @@ class MethodFigures(TypedDict):
     tokens: int
     dtype: str
     engine: str  # the engine in words
+    windows: int
+    # The standard error of log(this / the first method's perplexity), from the windows'
+    # paired differences; None for the first method or a single window.
+    noise: float | None
 
 
 def parse_setups(text: str) -> list[str]:
@@ -73,24 +80,58 @@ def _nll(logits: npt.NDArray[np.float32], targets: list[int]) -> float:
 
 
 def perplexity(
-    engine: Engine, ids: list[int], progress: Callable[[int], None] | None = None
+    engine: Engine,
+    ids: list[int],
+    progress: Callable[[int], None] | None = None,
+    window: int | None = None,
 ) -> Perplexity:
-    """exp(mean negative log-likelihood) of ids[1:], each token predicted from all before it
-    (the text read in pieces, every row's logits kept)."""
+    """exp(mean negative log-likelihood) of the text's tokens, each predicted from all before it
+    in its window: the text is cut into windows of `window` tokens (None: one window), each read
+    from an empty cache, as llama.cpp's perplexity reads its chunks."""
     if len(ids) < 2:
         raise SamchatError("the text is shorter than two tokens")
-    engine.reset()
-    total = 0.0
+    size = window or len(ids)
+    if size < 2:
+        raise SamchatError(f"a window of {size} tokens predicts nothing; use 2 or more")
+    sums: list[float] = []
+    n = 0
     try:
-        for start in range(0, len(ids) - 1, CHUNK):
-            chunk = ids[start : start + CHUNK]
-            targets = ids[start + 1 : start + 1 + len(chunk)]
-            logits = engine.prefill(chunk, logits=len(chunk))
-            assert logits is not None
-            total += _nll(logits[: len(targets)], targets)
+        for first in range(0, len(ids) - 1, size):
+            piece = ids[first : first + size]
+            if len(piece) < 2:  # a last token alone predicts nothing
+                break
+            sums.append(_window_nll(engine, piece, size))
+            n += len(piece) - 1
             if progress is not None:
-                progress(start + len(chunk))
+                progress(first + len(piece))
     finally:
         engine.reset()
-    n = len(ids) - 1
-    return Perplexity(math.exp(total / n), n)
+    return Perplexity(math.exp(sum(sums) / n), n, sums)
+
+
+def _window_nll(engine: Engine, ids: list[int], window: int) -> float:
+    """The summed negative log-likelihood of ids[1:], read from an empty cache in pieces."""
+    engine.reset()
+    # Every window is read as a session reads a prompt of the window's length (a last, shorter
+    # one too): from 256 tokens llama.cpp then keeps an F16 cache, as its own perplexity does
+    # (its Q8_0 cache, for short reads, computes another model).
+    engine.plan_read(0, window)
+    total = 0.0
+    for start in range(0, len(ids) - 1, CHUNK):
+        chunk = ids[start : start + CHUNK]
+        targets = ids[start + 1 : start + 1 + len(chunk)]
+        logits = engine.prefill(chunk, logits=len(chunk))
+        assert logits is not None
+        total += _nll(logits[: len(targets)], targets)
+    return total
+
+
+def paired_noise(a: Perplexity, b: Perplexity) -> float | None:
+    """The standard error of log(b / a) from the windows' paired differences (the same text, so
+    the same windows), or None with fewer than two windows."""
+    if len(a.window_nll) != len(b.window_nll) or len(a.window_nll) < 2 or a.tokens != b.tokens:
+        return None
+    diffs = [y - x for x, y in zip(a.window_nll, b.window_nll, strict=True)]
+    mean = sum(diffs) / len(diffs)
+    var = sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)
+    return math.sqrt(var * len(diffs)) / a.tokens

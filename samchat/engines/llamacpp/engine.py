@@ -351,7 +351,7 @@ class LlamaCppEngine:
 
     @property
     def meter(self) -> LlamaCppMeter:
-        return LlamaCppMeter(self.lm, self.cache_dir)
+        return LlamaCppMeter(self.lm, self.cache_dir, self.kv)
 
     def close(self) -> None:
         if self._ctx:
@@ -368,9 +368,10 @@ class LlamaCppMeter:
     """The llama.cpp engine's measuring: its cost curve, measured on an engine of its own once
     per build, CPU, thread count and file (then kept in lm.curves and the cost cache)."""
 
-    def __init__(self, lm: EngineModel, cache_dir: Path | None) -> None:
+    def __init__(self, lm: EngineModel, cache_dir: Path | None, kv: int = Q8_0) -> None:
         self.lm = lm
         self.cache_dir = cache_dir
+        self.kv = kv  # the engine's cache type now, for describe()
 
     def fit(self, measure: bool = True) -> None:
         """llama.cpp picks its own kernels (at build time, and by repacking at load)."""
@@ -402,7 +403,7 @@ class LlamaCppMeter:
         weights = loaded_weights(self.lm.model)
         return (
             f"llama.cpp (llama-cpp-python {version()}), {weights.file_type}, "
-            f"{threads()} threads; {system_info()}"
+            f"{'F16' if self.kv == F16 else 'Q8_0'} cache, {threads()} threads; {system_info()}"
         )
 
 

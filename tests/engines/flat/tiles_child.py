@@ -2,9 +2,10 @@
 of the GGUF files named on the command line against an independent reference, the file's
 dequantized weights in float64, on whatever build this process's environment asks for
 (SAMCHAT_NATIVE_ARCH). Quantized tiles are held to the same activations rounded to 8 bits per
-32 (as llama.cpp rounds them), float tiles to the float32 inputs; both within TOLERANCE of the
-sum of the products' magnitudes. Every row of a 7-row product must also equal the row alone,
-on one thread and on every core. Prints "ok" or what differs."""
+32 or 256 as llama.cpp rounds them (its Q8_0, Q8_1 and Q8_K), float tiles to the float32
+inputs; both within TOLERANCE of the sum of the products' magnitudes. Every row of a 7-row
+product must also equal the row alone, on one thread and on every core. Prints "ok" or what
+differs."""
 
 from __future__ import annotations
 
@@ -25,14 +26,17 @@ from samchat.engines.flat.native import build
 TOLERANCE = 2e-6
 
 
-def rounded(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Each row rounded to 8 bits per 32 as tiles.h (and llama.cpp's Q8_0) rounds it."""
+def rounded(x: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Each row rounded to 8 bits per 32 as llama.cpp's Q8_0 and Q8_1 round it: by 127 / amax,
+    with d = amax / 127 kept as float16. Also Q8_1's s per 32, d * sum(q) kept as float16."""
     g = x.reshape(x.shape[0], -1, 32)
     amax = np.abs(g).max(-1)
     d = (amax / np.float32(127)).astype(np.float32)
     inv = (np.float32(127) / np.where(amax > 0, amax, 1)).astype(np.float32)
     q = np.rint(g * np.where(amax > 0, inv, 0)[..., None])
-    return (q * d[..., None].astype(np.float64)).reshape(x.shape)
+    s = (d * q.sum(-1).astype(np.float32)).astype(np.float16).astype(np.float64)
+    d16 = d.astype(np.float16).astype(np.float64)
+    return (q * d16[..., None]).reshape(x.shape), s
 
 
 def rounded_k(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -67,9 +71,19 @@ def check(path: Path) -> list[str]:
         y = run(x, kind, q, s, z)
         base = quant.base_kind(kind)
         k256 = base in (quant.TILES4K, quant.TILES8K)
-        xs = x.astype(np.float64) if base == quant.TILESF else (rounded_k if k256 else rounded)(x)
         wd = w.dequantize().astype(np.float64)
+        if base == quant.TILESF:
+            xs = x.astype(np.float64)
+        elif k256:
+            xs = rounded_k(x)
+        else:
+            xs, sums = rounded(x)
         ref, size = xs @ wd.T, np.abs(xs) @ np.abs(wd).T
+        if w.kind in ("Q4_1", "Q5_1"):  # offsets times Q8_1's s, not times d * sum(q)
+            per = w.offset.shape[1] // sums.shape[1]
+            offsets = w.offset[:, ::per].astype(np.float64)  # (outputs, cols / 32)
+            exact = xs.reshape(len(xs), -1, 32).sum(-1)
+            ref += (sums - exact) @ offsets.T
         err = float(np.max(np.abs(y - ref) / np.maximum(size, 1e-30)))
         if err > TOLERANCE:
             problems.append(f"{path.name} {t.name} ({w.kind}): {err:.2e} off")

@@ -3,9 +3,10 @@
 // llama.cpp dequantizes; what differs by kind is how a row's products are summed.
 //
 // Quantized tiles, as llama.cpp computes them: each row's inputs are rounded to 8 bits per
-// group of 32, or of 256 for the K-quants (scale dx), and a group's products are summed in integers, four at a time (VNNI
-// where the CPU has it), which is exact in any order. Then, per group of weights, y += s * dx *
-// sum(q * xq) + z * dx * sum(xq) in float, in K order, for each row alone. So a row's result is
+// group of 32, or of 256 for the K-quants, with llama.cpp's scale dx (quantize_rows), and a
+// group's products are summed in integers, four at a time (VNNI where the CPU has it), which is
+// exact in any order. Then, per group of weights, y += s * dx * sum(q * xq) + z * sx in float
+// (sx about dx * sum(xq), see quantize_rows), in K order, for each row alone. So a row's result is
 // the same whatever the number of rows, the tile or the thread, and extra rows cost only their
 // integer products (the weights are read and unpacked once for all rows).
 // - 4-bit tiles (Q4_0, Q4_1, Q4_K): t4 (O/16, K/32, 4, 16, 4) bytes: for group g, chunk c,
@@ -275,8 +276,8 @@ inline void tile8(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
 template <int R, int T, int SM, int ZM, int B>
 inline void tilep(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t qstride,
                   int64_t sstride, int64_t zstride, int64_t K, int32_t bias, const int8_t* xq,
-                  const float* dx, const int32_t* x16, int64_t r0, float* y, int64_t O,
-                  int64_t b) {
+                  const float* dx, const float* sx, const int32_t* x16, int64_t r0, float* y,
+                  int64_t O, int64_t b) {
   constexpr int64_t GB = 256 + 64 * B;  // bytes per group of 32 inputs, per tile
   constexpr uint8_t MASK = (1 << B) - 1;
   const int64_t G = K / 16, G32 = K / 32;
@@ -321,8 +322,11 @@ inline void tilep(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
           const float d = dx[(r0 + r) * G32 + g];
           const v16f f = __builtin_convertvector(sums[j][t][r] - bias * xs, v16f);
           acc[t][r] = madd(f, sg * splat(d), acc[t][r]);
-          if constexpr (ZM != Z0)
+          if constexpr (ZM == Z16) {  // Q5_1: one offset per 32, by its rounded d * sum(xq)
+            if (j == 0) acc[t][r] = madd(zg, splat(sx[(r0 + r) * G32 + g]), acc[t][r]);
+          } else if constexpr (ZM != Z0) {
             acc[t][r] = madd(zg, splat(d * static_cast<float>(xs)), acc[t][r]);
+          }
         }
       }
     }
@@ -378,8 +382,8 @@ inline void tilef(const void* q, int64_t qstride, int64_t K, const float* x, int
 // How a tile holds its weights.
 enum Held : int { HELD4 = 0, HELD8 = 1, HELDF = 2 };
 
-// A row's inputs rounded to 8 bits per group of 32: xq, the scale dx, dx * sum(xq) per 32
-// (sx, 4-bit tiles) and the integer sum per 16 (x16, 8-bit tiles).
+// A row's inputs rounded to 8 bits per group of 32: xq, the scale dx, d * sum(xq) per 32
+// (sx, for offsets per 32) and the integer sum per 16 (x16, for offsets per 16).
 struct Rows8 {
   const int8_t* xq;
   const float *dx, *sx;
@@ -409,7 +413,7 @@ inline void span(const Where& h, int64_t K, const float* x, const Rows8& x8, int
                           x8.sx, r0, y, O, b);                                                 \
     else if constexpr (H == HELD8 && EB > 0)                                                   \
       tilep<R, T, SM, ZM, EB>(h.q, h.s, h.z, h.qstride, h.sstride, h.zstride, K, h.bias,       \
-                              x8.xq, x8.dx, x8.x16, r0, y, O, b);                              \
+                              x8.xq, x8.dx, x8.sx, x8.x16, r0, y, O, b);                       \
     else if constexpr (H == HELD8)                                                             \
       tile8<R, T, SM, ZM>(h.q, h.s, h.z, h.qstride, h.sstride, h.zstride, K, x8.xq, x8.dx,     \
                           x8.x16, r0, y, O, b);                                                \
@@ -446,13 +450,27 @@ inline void all_tiles(const Where& h, int64_t blocks, int64_t K, const float* x,
 
 inline float nearest(float t) { return (t + 12582912.0f) - 12582912.0f; }  // ties to even
 
-// Each row's inputs rounded to 8 bits as llama.cpp rounds them for the weights' type: per 32
-// with d = amax / 127 (its Q8_0 and Q8_1, for Q4_0 to Q8_0), or with `k256` per 256 with
-// d = 1 / (-127 / max), max the input of largest magnitude (its Q8_K, for the K-quants).
-// dx holds each group of 32's d.
-inline void quantize_rows(const float* x, int64_t n, int64_t K, bool k256, int8_t* xq,
+// v rounded to float16 (ties to even, subnormals kept), as ggml stores a block's scale.
+inline float half(float v) {
+#if defined(__F16C__)
+  return _cvtsh_ss(_cvtss_sh(v, 0));
+#else
+  return static_cast<float>(static_cast<_Float16>(v));
+#endif
+}
+
+// How llama.cpp rounds a row's inputs for the weights' type: Q8_0 (for Q4_0, Q5_0, Q8_0) and
+// Q8_1 (for Q4_1, Q5_1) per 32, Q8_K per 256 (the K-quants).
+enum Acts : int { A80 = 0, A81 = 1, A8K = 2 };
+
+// Each row's inputs rounded to 8 bits as llama.cpp rounds them: per 32 by 127 / amax, with
+// d = amax / 127 kept as float16 (Q8_0, Q8_1; Q8_1 also keeps d * sum(xq) as float16, the
+// sum its offsets are multiplied by), or per 256 by -127 / max, max the input of largest
+// magnitude, with d = 1 / (-127 / max) kept as float32 (Q8_K). dx holds each group of 32's d,
+// sx its d * sum(xq), x16 the sums of its halves.
+inline void quantize_rows(const float* x, int64_t n, int64_t K, int act, int8_t* xq,
                           float* dx, float* sx, int32_t* x16) {
-  const int64_t G = K / 32, span = k256 ? 256 : 32;
+  const int64_t G = K / 32, span = act == A8K ? 256 : 32;
   for (int64_t r = 0; r < n; ++r)
     for (int64_t b = 0; b < K / span; ++b) {
       const float* v = x + r * K + b * span;
@@ -465,7 +483,7 @@ inline void quantize_rows(const float* x, int64_t n, int64_t K, bool k256, int8_
         }
       }
       float d, inv;
-      if (k256) {
+      if (act == A8K) {
         inv = amax > 0 ? -127.0f / max : 0.0f;
         d = amax > 0 ? 1.0f / inv : 0.0f;
       } else {
@@ -478,12 +496,14 @@ inline void quantize_rows(const float* x, int64_t n, int64_t K, bool k256, int8_
         o[i] = static_cast<int8_t>(q > 127.0f ? 127 : static_cast<int32_t>(q));
       }
       for (int64_t g = b * span / 32; g < (b + 1) * span / 32; ++g) {
-        int32_t half[2] = {0, 0};
-        for (int i = 0; i < 32; ++i) half[i / 16] += xq[r * K + g * 32 + i];
-        dx[r * G + g] = d;
-        sx[r * G + g] = d * static_cast<float>(half[0] + half[1]);
-        x16[(r * G + g) * 2] = half[0];
-        x16[(r * G + g) * 2 + 1] = half[1];
+        int32_t halves[2] = {0, 0};
+        for (int i = 0; i < 32; ++i) halves[i / 16] += xq[r * K + g * 32 + i];
+        const float sum = static_cast<float>(halves[0] + halves[1]);
+        const float kept = act == A8K ? d : half(d);
+        dx[r * G + g] = kept;
+        sx[r * G + g] = act == A81 ? half(d * sum) : kept * sum;
+        x16[(r * G + g) * 2] = halves[0];
+        x16[(r * G + g) * 2 + 1] = halves[1];
       }
     }
 }
@@ -545,7 +565,8 @@ inline at::Tensor linear(Held held, const at::Tensor& x, const at::Tensor& q, co
     dx = at::empty({n, K / 32}, at::kFloat);
     sx = at::empty({n, K / 32}, at::kFloat);
     x16 = at::empty({n, K / 16}, at::kInt);
-    quantize_rows(xp, n, K, k256, xq.data_ptr<int8_t>(), dx.data_ptr<float>(),
+    const int act = k256 ? A8K : (zm == Z16 || zm == Z32 ? A81 : A80);
+    quantize_rows(xp, n, K, act, xq.data_ptr<int8_t>(), dx.data_ptr<float>(),
                   sx.data_ptr<float>(), x16.data_ptr<int32_t>());
     x8 = Rows8{xq.data_ptr<int8_t>(), dx.data_ptr<float>(), sx.data_ptr<float>(),
                x16.data_ptr<int32_t>()};
