@@ -1,8 +1,11 @@
 """One-token steps and 2-, 4- and 8-row forwards of several engines on one GGUF, alternated in
 one process after the same prompt: each engine's step time and its verification curve (the
-medians of six forwards per size per round). Issue 61's table in docs/benchmarks.md.
+medians of six forwards per size per round), the weight bytes a step reads per second as a
+share of the machine's read bandwidth, and the prefill of a --prefill-token prompt into an
+empty cache (tokens per second, the median over rounds). Issue 61's table in
+docs/benchmarks.md.
 
-    python scripts/step_curve.py FILE [--cached 256] [--rounds 3]
+    python scripts/step_curve.py FILE [--cached 256] [--rounds 3] [--prefill 512]
                                  [--engines llamacpp/auto,flat/int4]
 """
 
@@ -21,6 +24,8 @@ ROWS = (1, 2, 4, 8)
 
 
 def main(argv: list[str]) -> int:
+    from samchat.engines.bandwidth import read_bandwidth, step_bytes
+    from samchat.engines.cpu import cpu_name
     from samchat.models import load_model
     from samchat.models.loader import ModelSpec
     from samchat.paths import cache_dir
@@ -29,19 +34,28 @@ def main(argv: list[str]) -> int:
     parser.add_argument("file", type=Path)
     parser.add_argument("--cached", type=int, default=256, help="tokens read before timing")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--prefill", type=int, default=512, help="prompt tokens read, timed")
     parser.add_argument("--engines", default="llamacpp/auto,flat/int4")
     args = parser.parse_args(argv)
     engines = {}
+    rng = np.random.default_rng(0)
+    prompt = [int(i) for i in rng.integers(100, 20000, max(args.cached, args.prefill))]
     for label in args.engines.split(","):
         engine, dtype = label.split("/")
         lm = load_model(ModelSpec(source=str(args.file), engine=engine, dtype=dtype))
-        opened = lm.kind.open(lm, cache_dir())
-        rng = np.random.default_rng(0)
-        opened.prefill([int(i) for i in rng.integers(100, 20000, args.cached)], logits=0)
-        engines[label] = opened
+        engines[label] = lm.kind.open(lm, cache_dir())
     times: dict[str, dict[int, list[float]]] = {k: {n: [] for n in ROWS} for k in engines}
+    reads: dict[str, list[float]] = {k: [] for k in engines}
     for _ in range(args.rounds):
         for label, engine in engines.items():
+            engine.reset()
+            engine.plan_read(0, args.prefill)
+            t0 = time.perf_counter()
+            engine.prefill(prompt[: args.prefill], logits=1)
+            reads[label].append(args.prefill / (time.perf_counter() - t0))
+            engine.reset()
+            engine.plan_read(0, args.cached)
+            engine.prefill(prompt[: args.cached], logits=0)
             for n in ROWS:
                 start, taken = engine.length, []
                 for _ in range(6):
@@ -51,10 +65,19 @@ def main(argv: list[str]) -> int:
                     engine.crop(start)
                 times[label][n].append(1000 * statistics.median(taken))
     out = {k: {n: statistics.median(v) for n, v in d.items()} for k, d in times.items()}
+    bandwidth = read_bandwidth(cache_dir())
+    result: dict[str, dict[str, object]] = {}
     for label, ms in out.items():
         curve = " ".join(f"{n} rows {ms[n] / ms[1]:.2f}x" for n in ROWS[1:])
-        print(f"{label}: step {ms[1]:.2f} ms, {curve}")
-    print(json.dumps(out))
+        nbytes = step_bytes(label.split("/")[0], args.file, cache_dir())
+        share, said = None, ""
+        if nbytes and bandwidth is not None:
+            share = nbytes / (ms[1] / 1000) / bandwidth
+            said = f", {share:.0%} of {bandwidth / 1e9:.1f} GB/s"
+        read = statistics.median(reads[label])
+        print(f"{label}: step {ms[1]:.2f} ms{said}, {curve}; prefill {read:.0f} tok/s")
+        result[label] = {"ms": ms, "bandwidth_share": share, "prefill_tok_s": read}
+    print(json.dumps({"cpu": cpu_name(), "read_bandwidth": bandwidth, "engines": result}))
     return 0
 
 

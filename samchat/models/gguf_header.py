@@ -1,6 +1,7 @@
 """A GGUF file's metadata (its key-value section: architecture, vocabulary, merges, special
-tokens, chat template), read straight from the header: values are skipped by their lengths
-unless asked for.
+tokens, chat template) and its tensor table, read straight from the header: values are skipped
+by their lengths unless asked for (a parser that reads every token of a large vocabulary takes
+seconds).
 
 The tokenizer converted from a GGUF depends on this section alone, so its digest names the
 tokenizer of every copy of a file, wherever it lies and whatever its mtime."""
@@ -22,6 +23,8 @@ _SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _STRING, _ARRAY = 8, 9
 # Integer value types (GGUF spec) -> struct format: u8 i8 u16 i16 u32 i32, bool, u64 i64.
 _INTS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 7: "<?", 10: "<Q", 11: "<q"}
+_FLOATS = {6: "<f", 12: "<d"}  # f32, f64
+_ALIGNMENT = 32  # where general.alignment does not say otherwise
 
 
 class Strings(NamedTuple):
@@ -32,8 +35,18 @@ class Strings(NamedTuple):
     items: dict[int, str]
 
 
-# A value read: an integer, a string, or an array of either (others are not read).
-Value = int | str | list[int] | Strings
+class TensorInfo(NamedTuple):
+    """One entry of the tensor table: its name, dimensions (the fastest first, as GGUF lists
+    them), ggml type and where its data starts in the file."""
+
+    name: str
+    dims: tuple[int, ...]
+    kind: int
+    at: int
+
+
+# A value read: a number, a string, or an array of them (an array of strings only as Strings).
+Value = int | float | str | list[int] | list[float] | Strings
 
 
 def conversion_key(gguf: Path) -> str:
@@ -80,9 +93,49 @@ def read_metadata(
     return found
 
 
+def read_header(path: Path) -> tuple[dict[str, Value], list[TensorInfo]]:
+    """Every key's value but the arrays of strings (the vocabulary and merges, whose lengths
+    alone are read), and the tensor table."""
+    try:
+        with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            values: dict[str, Value] = {}
+            at = 24
+            for _ in range(_kv_count(data)):
+                key_end = _skip_string(data, at)
+                key = data[at + 8 : key_end].decode("utf-8")
+                kind: int = struct.unpack_from("<I", data, key_end)[0]
+                at = key_end + 4
+                value = _read_value(data, at, kind, set())
+                if value is not None:
+                    values[key] = value
+                at = _skip_value(data, at, kind)
+            table: list[tuple[str, tuple[int, ...], int, int]] = []
+            for _ in range(struct.unpack_from("<Q", data, 8)[0]):
+                name_end = _skip_string(data, at)
+                name = data[at + 8 : name_end].decode("utf-8")
+                n_dims: int = struct.unpack_from("<I", data, name_end)[0]
+                dims = struct.unpack_from(f"<{n_dims}Q", data, name_end + 4)
+                kind, offset = struct.unpack_from("<IQ", data, name_end + 4 + 8 * n_dims)
+                table.append((name, tuple(int(d) for d in dims), int(kind), int(offset)))
+                at = name_end + 4 + 8 * n_dims + 12
+            size = len(data)
+    except (OSError, ValueError, struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(f"cannot read the GGUF header of {path}: {exc}") from exc
+    align = values.get("general.alignment", _ALIGNMENT)
+    if not isinstance(align, int) or align <= 0:
+        raise ModelLoadError(f"cannot read the GGUF header of {path}: alignment {align!r}")
+    start = -(-at // align) * align
+    tensors = [TensorInfo(name, dims, kind, start + offset) for name, dims, kind, offset in table]
+    if any(t.at > size for t in tensors):
+        raise ModelLoadError(f"cannot read the GGUF header of {path}: a tensor lies past its end")
+    return values, tensors
+
+
 def _read_value(data: mmap.mmap, at: int, kind: int, wanted: set[bytes] | None) -> Value | None:
     if kind in _INTS:
         return int(struct.unpack_from(_INTS[kind], data, at)[0])
+    if kind in _FLOATS:
+        return float(struct.unpack_from(_FLOATS[kind], data, at)[0])
     if kind == _STRING:
         return data[at + 8 : _skip_string(data, at)].decode("utf-8")
     if kind != _ARRAY:
@@ -93,8 +146,12 @@ def _read_value(data: mmap.mmap, at: int, kind: int, wanted: set[bytes] | None) 
     if item in _INTS:
         fmt = _INTS[item]
         return [int(v) for v in struct.unpack_from(f"<{count}{fmt[1]}", data, at)]
+    if item in _FLOATS:
+        return [float(v) for v in struct.unpack_from(f"<{count}{_FLOATS[item][1]}", data, at)]
     if item != _STRING:
         return None
+    if wanted is not None and not wanted:  # no text asked for: the length alone
+        return Strings(count, {})
     lengths = None if wanted is None else {len(w) for w in wanted}
     strings: dict[int, str] = {}
     for index in range(count):

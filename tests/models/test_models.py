@@ -287,3 +287,33 @@ def test_a_copy_of_a_gguf_reads_the_tokenizer_kept_for_another(
     with pytest.raises(ModelLoadError) as bad:
         metadata_digest(other)
     assert "cannot read the GGUF header" in str(bad.value) and "\n" not in str(bad.value)
+
+
+def test_the_header_reader_agrees_with_gguf_and_refuses_a_cut_file(tmp_path: Path) -> None:
+    """read_header (the flat engine's, which skips the vocabulary) gives the gguf library's
+    tensor table and metadata for the bundled file; a file cut inside its header, or before a
+    tensor its table places, is one clear line."""
+    from gguf import GGUFReader
+
+    from samchat.models.gguf_header import read_header
+
+    meta, table = read_header(bundled_gguf())
+    reader = GGUFReader(bundled_gguf())
+    assert [(t.name, t.dims, t.kind, t.at) for t in table] == [
+        (t.name, tuple(int(d) for d in t.shape), int(t.tensor_type), int(t.data_offset))
+        for t in reader.tensors
+    ]
+    for key, field in reader.fields.items():
+        value = field.contents()
+        if key.startswith("GGUF.") or (isinstance(value, list) and isinstance(value[0], str)):
+            continue  # the header's own counts; arrays of strings are only counted
+        assert meta[key] == (pytest.approx(value) if isinstance(value, float) else value), key
+    assert isinstance(meta["llama.attention.layer_norm_rms_epsilon"], float)
+
+    data = bundled_gguf().read_bytes()
+    cut = tmp_path / "cut.gguf"
+    for end in (len(data) // 1000, table[-1].at - 1):  # in the vocabulary; before a tensor
+        cut.write_bytes(data[:end])
+        with pytest.raises(ModelLoadError) as bad:
+            read_header(cut)
+        assert "cannot read the GGUF header" in str(bad.value) and "\n" not in str(bad.value)

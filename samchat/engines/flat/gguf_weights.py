@@ -9,6 +9,7 @@ their scales' own factors (Factors), so that tiles can hold a byte per group ins
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,11 @@ from samchat.engines.flat.shape import LlamaShape
 from samchat.errors import InexactError, ModelLoadError
 
 if TYPE_CHECKING:
-    from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
+    from gguf import GGMLQuantizationType, ReaderTensor
+
+    from samchat.models.gguf_header import Value
+
+    Meta = dict[str, Value]
 
 BLOCK = 32  # values per 4-bit group, and per group of activations rounded to 8 bits
 GROUP8 = 16  # values per group of 8-bit weights (the K-quants' smallest sub-block)
@@ -363,36 +368,35 @@ def _unpermute(w: Tensor, heads: int) -> Tensor:
     return w.take_rows(order)
 
 
-def _value(reader: GGUFReader, key: str, default: float | str | None = None) -> object:
+def _value(meta: Meta, key: str, default: float | str | None = None) -> object:
     """A metadata value (a number, a string, or a list of them per layer), else `default`;
     ModelLoadError where there is neither."""
-    field = reader.fields.get(key)
-    if field is None:
+    value: object = meta.get(key)
+    if value is None:
         if default is None:
             raise ModelLoadError(f"the GGUF file has no {key}; it is not a LLaMA-family model")
         return default
-    value: object = field.contents()
     return value
 
 
-def _number(reader: GGUFReader, key: str, default: float | None = None) -> float:
-    value = _value(reader, key, default)
+def _number(meta: Meta, key: str, default: float | None = None) -> float:
+    value = _value(meta, key, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ModelLoadError(f"the GGUF file's {key} is {value!r}, not a number")
     return value
 
 
-def _int(reader: GGUFReader, key: str, default: int | None = None) -> int:
-    return int(_number(reader, key, default))
+def _int(meta: Meta, key: str, default: int | None = None) -> int:
+    return int(_number(meta, key, default))
 
 
-def _text(reader: GGUFReader, key: str, default: str | None = None) -> str:
-    return str(_value(reader, key, default))
+def _text(meta: Meta, key: str, default: str | None = None) -> str:
+    return str(_value(meta, key, default))
 
 
-def _uniform(reader: GGUFReader, key: str, default: int | None = None) -> int:
+def _uniform(meta: Meta, key: str, default: int | None = None) -> int:
     """A count that may be given per layer: one value for every layer, or InexactError."""
-    value = _value(reader, key, default)
+    value = _value(meta, key, default)
     if isinstance(value, list):
         if len(set(value)) != 1:
             raise InexactError(f"{key} differs between layers, which the flat engine does not run")
@@ -427,62 +431,61 @@ _QK_NORMS = {("attn_q_norm", "weight"): "q_norm", ("attn_k_norm", "weight"): "k_
 _ROTATED = ("q", "k", "q_bias", "k_bias")
 
 
-def _rope(reader: GGUFReader, arch: str, name: str) -> tuple[float, float]:
+def _rope(meta: Meta, arch: str, name: str) -> tuple[float, float]:
     """The rotary scale (1 / the linear factor) and attention factor llama.cpp applies;
     InexactError for a scaling it computes otherwise (YaRN, LongRoPE)."""
-    kind = _text(reader, f"{arch}.rope.scaling.type", "linear")
-    linear = _number(reader, f"{arch}.rope.scale_linear", 0.0)
-    factor = _number(reader, f"{arch}.rope.scaling.factor", linear)
+    kind = _text(meta, f"{arch}.rope.scaling.type", "linear")
+    linear = _number(meta, f"{arch}.rope.scale_linear", 0.0)
+    factor = _number(meta, f"{arch}.rope.scaling.factor", linear)
     if kind not in ("none", "linear"):
         raise InexactError(
             f"{name} uses {kind} rope scaling, which the flat engine does not compute"
         )
     scale = 1.0 if kind == "none" or factor == 0.0 else 1.0 / factor
-    return scale, _number(reader, f"{arch}.rope.scaling.attn_factor", 1.0)
+    return scale, _number(meta, f"{arch}.rope.scaling.attn_factor", 1.0)
 
 
 def open_gguf(path: Path, requantize: bool = False) -> tuple[LlamaShape, GGUFTensors]:
     """read_gguf's shape and tensors, each tensor read and decoded only when asked for (its
     type and name checked now)."""
-    from gguf import GGUFReader
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-    try:
-        reader = GGUFReader(path)
-    except Exception as exc:  # gguf raises ValueError, struct.error, ...: all "unreadable"
-        raise ModelLoadError(f"could not read {path}: not a readable GGUF file ({exc})") from exc
-    arch = _text(reader, "general.architecture")
+    from samchat.models.gguf_header import read_header
+
+    meta, table = read_header(path)  # the header alone (GGUFReader parses every token: seconds)
+    arch = _text(meta, "general.architecture")
     if arch not in FAMILIES:
         raise InexactError(
             f"{path.name} is a {arch} model; the flat engine runs {', '.join(FAMILIES)} models"
         )
-    heads = _uniform(reader, f"{arch}.attention.head_count")
-    hidden = _int(reader, f"{arch}.embedding_length")
-    head_dim = _int(reader, f"{arch}.attention.key_length", hidden // heads)
-    values = _int(reader, f"{arch}.attention.value_length", head_dim)
-    rotated = _int(reader, f"{arch}.rope.dimension_count", head_dim)
+    heads = _uniform(meta, f"{arch}.attention.head_count")
+    hidden = _int(meta, f"{arch}.embedding_length")
+    head_dim = _int(meta, f"{arch}.attention.key_length", hidden // heads)
+    values = _int(meta, f"{arch}.attention.value_length", head_dim)
+    rotated = _int(meta, f"{arch}.rope.dimension_count", head_dim)
     if values != head_dim or rotated != head_dim:
         raise InexactError(
             f"{path.name} has keys of {head_dim}, values of {values} and {rotated} rotated "
             "dimensions; the flat engine runs heads that are all three alike"
         )
-    context = _int(reader, f"{arch}.context_length")
+    context = _int(meta, f"{arch}.context_length")
     # A sliding window (Mistral) attends to the last W positions: within W, every position
     # attends to all before it, so the context stops there and every row is the file's model.
-    window = _int(reader, f"{arch}.attention.sliding_window", 0)
+    window = _int(meta, f"{arch}.attention.sliding_window", 0)
     if 0 < window < context:
         context = window
-    scale, attn = _rope(reader, arch, path.name)
+    scale, attn = _rope(meta, arch, path.name)
     shape = LlamaShape(
-        layers=_uniform(reader, f"{arch}.block_count"),
+        layers=_uniform(meta, f"{arch}.block_count"),
         hidden=hidden,
-        ffn=_uniform(reader, f"{arch}.feed_forward_length"),
+        ffn=_uniform(meta, f"{arch}.feed_forward_length"),
         heads=heads,
-        kv_heads=_uniform(reader, f"{arch}.attention.head_count_kv", heads),
+        kv_heads=_uniform(meta, f"{arch}.attention.head_count_kv", heads),
         head_dim=head_dim,
         vocab=0,
         context=context,
-        eps=_number(reader, f"{arch}.attention.layer_norm_rms_epsilon"),
-        rope_base=_number(reader, f"{arch}.rope.freq_base", 10000.0),
+        eps=_number(meta, f"{arch}.attention.layer_norm_rms_epsilon"),
+        rope_base=_number(meta, f"{arch}.rope.freq_base", 10000.0),
         arch=arch,
         rope_scale=scale,
         rope_attn=attn,
@@ -494,8 +497,8 @@ def open_gguf(path: Path, requantize: bool = False) -> tuple[LlamaShape, GGUFTen
     if arch == "llama":
         top["rope_freqs.weight"] = "rope_freqs"
     found: dict[str, _Entry] = {}
-    for t in reader.tensors:
-        name = str(t.name)
+    for t in table:
+        name = t.name
         key = top.get(name)
         if key is None and name.startswith("blk."):
             layer, part, kind = [*name.split(".", 3), "", ""][1:4]
@@ -506,9 +509,18 @@ def open_gguf(path: Path, requantize: bool = False) -> tuple[LlamaShape, GGUFTen
             raise InexactError(
                 f"{path.name} has a tensor {name} that the flat engine does not compute"
             )
-        if t.tensor_type.name not in EXACT_TYPES and not requantize:  # refused before reading
-            raise NotExactError(name, t.tensor_type.name)
-        found[key] = _Entry(name, t.tensor_type, t.shape.copy(), t.data_offset, t.n_bytes, t.data)
+        try:
+            ggml = GGMLQuantizationType(t.kind)
+            per, size = GGML_QUANT_SIZES[ggml]
+        except (ValueError, KeyError):
+            raise ModelLoadError(
+                f"{path.name}: tensor {name} has an unknown type {t.kind}"
+            ) from None
+        if ggml.name not in EXACT_TYPES and not requantize:  # refused before reading
+            raise NotExactError(name, ggml.name)
+        if not t.dims or t.dims[0] % per:
+            raise ModelLoadError(f"{path.name}: tensor {name} has rows of another size")
+        found[key] = _Entry(name, ggml, t.dims, t.at, per, size)
     embed = found.get("embed")
     if embed is None or "norm" not in found:
         raise ModelLoadError(f"{path.name} has no token embedding or output norm")
@@ -527,19 +539,42 @@ def read_gguf(path: Path, requantize: bool = False) -> tuple[LlamaShape, dict[st
     return shape, dict(tensors.items())
 
 
+# The types GGUFReader (and decode) see as their own values, not as blocks of bytes.
+_OWN_TYPES = {
+    "F32": np.float32,
+    "F16": np.float16,
+    "F64": np.float64,
+    "I8": np.int8,
+    "I16": np.int16,
+    "I32": np.int32,
+    "I64": np.int64,
+}
+
+
 class _Entry:
     """Where a tensor lies in the file, and its type and shape (its data is read when asked
     for: the reader's map is never touched, so none of its pages stay resident)."""
 
     def __init__(
-        self, name: str, kind: GGMLQuantizationType, dims: object, at: int, size: int, data: object
+        self,
+        name: str,
+        kind: GGMLQuantizationType,
+        dims: tuple[int, ...],
+        at: int,
+        per: int,
+        block: int,
     ) -> None:
         self.name = name
         self.kind = kind
-        self.dims = [int(n) for n in np.asarray(dims)]  # GGUF's order: the fastest first
-        self.at, self.size = at, size
-        view = np.asarray(data)  # a view of the reader's map: only its dtype and shape are read
-        self.dtype, self.data_shape = view.dtype, view.shape
+        self.dims = list(dims)  # GGUF's order: the fastest first
+        self.at = at
+        self.size = math.prod(dims) // per * block
+        # As GGUFReader lays a tensor out: float and integer types as their own values, any
+        # other as the bytes of each row's blocks.
+        own = _OWN_TYPES.get(kind.name)
+        self.dtype = np.dtype(own if own is not None else np.uint8)
+        row = [dims[0] if own is not None else dims[0] // per * block]
+        self.data_shape = tuple(reversed([*row, *dims[1:]])) if len(dims) > 1 else tuple(row)
 
     @property
     def rows(self) -> int:
