@@ -28,7 +28,7 @@ def main(argv: list[str]) -> int:
     from samchat.engines.cpu import cpu_name
     from samchat.models import load_model
     from samchat.models.loader import ModelSpec
-    from samchat.paths import cache_dir
+    from samchat.paths import cache_dir, model_cache_dir
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("file", type=Path)
@@ -65,11 +65,11 @@ def main(argv: list[str]) -> int:
                     engine.crop(start)
                 times[label][n].append(1000 * statistics.median(taken))
     out = {k: {n: statistics.median(v) for n, v in d.items()} for k, d in times.items()}
-    bandwidth = read_bandwidth(cache_dir())
+    bandwidth = read_bandwidth(model_cache_dir())
     result: dict[str, dict[str, object]] = {}
     for label, ms in out.items():
         curve = " ".join(f"{n} rows {ms[n] / ms[1]:.2f}x" for n in ROWS[1:])
-        nbytes = step_bytes(label.split("/")[0], args.file, cache_dir())
+        nbytes = step_bytes(label.split("/")[0], args.file, model_cache_dir())
         share, said = None, ""
         if nbytes and bandwidth is not None:
             share = nbytes / (ms[1] / 1000) / bandwidth
