@@ -74,20 +74,9 @@ def read_metadata(
     of them; search: read only the items of a string array equal to one of these texts (a
     search compares bytes where the length matches, rather than decoding every token)."""
     wanted = None if search is None else {t.encode("utf-8") for t in search}
-    found: dict[str, Value] = {}
     try:
         with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            at = 24
-            for _ in range(_kv_count(data)):
-                key_end = _skip_string(data, at)
-                key = data[at + 8 : key_end].decode("utf-8")
-                kind: int = struct.unpack_from("<I", data, key_end)[0]
-                at = key_end + 4
-                if key in keys:
-                    value = _read_value(data, at, kind, wanted)
-                    if value is not None:
-                        found[key] = value
-                at = _skip_value(data, at, kind)
+            found, _ = _key_values(data, keys, wanted)
     except (OSError, ValueError, struct.error, IndexError, UnicodeDecodeError) as exc:
         raise ModelLoadError(f"cannot read the GGUF header of {path}: {exc}") from exc
     return found
@@ -98,17 +87,7 @@ def read_header(path: Path) -> tuple[dict[str, Value], list[TensorInfo]]:
     alone are read), and the tensor table."""
     try:
         with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            values: dict[str, Value] = {}
-            at = 24
-            for _ in range(_kv_count(data)):
-                key_end = _skip_string(data, at)
-                key = data[at + 8 : key_end].decode("utf-8")
-                kind: int = struct.unpack_from("<I", data, key_end)[0]
-                at = key_end + 4
-                value = _read_value(data, at, kind, set())
-                if value is not None:
-                    values[key] = value
-                at = _skip_value(data, at, kind)
+            values, at = _key_values(data, None, set())
             table: list[tuple[str, tuple[int, ...], int, int]] = []
             for _ in range(struct.unpack_from("<Q", data, 8)[0]):
                 name_end = _skip_string(data, at)
@@ -129,6 +108,26 @@ def read_header(path: Path) -> tuple[dict[str, Value], list[TensorInfo]]:
     if any(t.at > size for t in tensors):
         raise ModelLoadError(f"cannot read the GGUF header of {path}: a tensor lies past its end")
     return values, tensors
+
+
+def _key_values(
+    data: mmap.mmap, keys: Collection[str] | None, wanted: set[bytes] | None
+) -> tuple[dict[str, Value], int]:
+    """The values of `keys` (None: of every key) that _read_value reads, and the offset just
+    past the key-value section."""
+    found: dict[str, Value] = {}
+    at = 24
+    for _ in range(_kv_count(data)):
+        key_end = _skip_string(data, at)
+        key = data[at + 8 : key_end].decode("utf-8")
+        kind: int = struct.unpack_from("<I", data, key_end)[0]
+        at = key_end + 4
+        if keys is None or key in keys:
+            value = _read_value(data, at, kind, wanted)
+            if value is not None:
+                found[key] = value
+        at = _skip_value(data, at, kind)
+    return found, at
 
 
 def _read_value(data: mmap.mmap, at: int, kind: int, wanted: set[bytes] | None) -> Value | None:
