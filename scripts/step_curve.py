@@ -6,7 +6,11 @@ empty cache (tokens per second, the median over rounds). Issue 61's table in
 docs/benchmarks.md.
 
     python scripts/step_curve.py FILE [--cached 256] [--rounds 3] [--prefill 512]
-                                 [--engines llamacpp/auto,flat/int4]
+                                 [--engines llamacpp/auto,flat/int4] [--warm N]
+
+--warm N runs N one-token forwards on each engine first (the flat engine chooses its thread
+count while it runs: it has settled after about a hundred); the thread counts the flat
+engine's forwards ran on are printed.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--prefill", type=int, default=512, help="prompt tokens read, timed")
     parser.add_argument("--engines", default="llamacpp/auto,flat/int4")
+    parser.add_argument("--warm", type=int, default=0, help="one-token forwards run first")
     args = parser.parse_args(argv)
     engines = {}
     rng = np.random.default_rng(0)
@@ -44,6 +49,14 @@ def main(argv: list[str]) -> int:
         engine, dtype = label.split("/")
         lm = load_model(ModelSpec(source=str(args.file), engine=engine, dtype=dtype))
         engines[label] = lm.kind.open(lm, cache_dir())
+    for engine in engines.values():
+        engine.reset()
+        engine.plan_read(0, args.cached)
+        engine.prefill(prompt[: args.cached], logits=0)
+        for i in range(args.warm):
+            start = engine.length
+            engine.forward([1000 + i % 100])
+            engine.crop(start)
     times: dict[str, dict[int, list[float]]] = {k: {n: [] for n in ROWS} for k in engines}
     reads: dict[str, list[float]] = {k: [] for k in engines}
     for _ in range(args.rounds):
@@ -75,7 +88,9 @@ def main(argv: list[str]) -> int:
             share = nbytes / (ms[1] / 1000) / bandwidth
             said = f", {share:.0%} of {bandwidth / 1e9:.1f} GB/s"
         read = statistics.median(reads[label])
-        print(f"{label}: step {ms[1]:.2f} ms{said}, {curve}; prefill {read:.0f} tok/s")
+        choice = getattr(engines[label], "threads", None)
+        ran = f"; threads {choice.ran}, ending on {choice.current}" if choice is not None else ""
+        print(f"{label}: step {ms[1]:.2f} ms{said}, {curve}; prefill {read:.0f} tok/s{ran}")
         result[label] = {"ms": ms, "bandwidth_share": share, "prefill_tok_s": read}
     print(json.dumps({"cpu": cpu_name(), "read_bandwidth": bandwidth, "engines": result}))
     return 0

@@ -5,6 +5,7 @@ bit for bit, so drafting is lossless, and its flat cost curve lets drafts pay.""
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,6 +18,7 @@ from samchat.engines.costs.curve import CostCurve
 from samchat.engines.costs.measurement import measure_engine
 from samchat.engines.flat.forward import TAIL, FlatCache, FlatModel, run
 from samchat.engines.flat.native import forward as native_forward
+from samchat.engines.flat.threads import ThreadChoice, default_threads
 
 if TYPE_CHECKING:
     from samchat.engines.layout import TreeLayout
@@ -38,7 +40,9 @@ class FlatEngine:
     tree_reason: str | None = None
     inexact_reason: str | None = None
 
-    def __init__(self, lm: EngineModel, cache_dir: Path | None = None) -> None:
+    def __init__(
+        self, lm: EngineModel, cache_dir: Path | None = None, threads: int | None = None
+    ) -> None:
         model = lm.model
         if not isinstance(model, FlatModel):
             raise TypeError(f"the flat engine runs packed weights, not {type(model).__name__}")
@@ -54,6 +58,9 @@ class FlatEngine:
         # in place; the Python one keeps them in the scratch rows.
         self._tree_at: int | None = None
         self._in_place = self._native is not None
+        # The thread count each forward runs on: chosen while running (threads.py), or the
+        # count given (the machine's to measure the cost curve).
+        self.threads = ThreadChoice(threads or default_threads(), adaptive=threads is None)
 
     @property
     def length(self) -> int:
@@ -81,12 +88,18 @@ class FlatEngine:
         cache = self._cache
         cache.length = self._length
         native = self._native
+        choice = self.threads
+        threads = choice.pick(len(ids))
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        start = time.perf_counter()
         with torch.inference_mode():
             if native is not None:
                 cache.reserve(cache.length + len(ids))
                 out = native_forward.run(native, cache.buf, cache.length, ids, parents, logits)
             else:
                 out = run(self.model, cache, ids, parents, logits)
+        choice.timed(threads, len(ids), time.perf_counter() - start)
         self._length += len(ids)
         self._tree_at = self._cache.length if parents is not None else None
         return out
@@ -141,6 +154,7 @@ class FlatMeter:
         self.model = engine.model
         self.cache_dir = engine.cache_dir
         self._in_place = engine._in_place
+        self._threads = engine.threads.most
 
     def fit(self, measure: bool = True) -> None:
         """One kernel for every row count: nothing to choose."""
@@ -159,7 +173,7 @@ class FlatMeter:
             "forward": "native" if self._in_place else "python",
             "cpu": cpu_name(),
             "capability": str(torch.backends.cpu.get_cpu_capability()),
-            "threads": str(torch.get_num_threads()),
+            "threads": str(self._threads),
             "torch": torch.__version__,
         }
 
@@ -176,8 +190,9 @@ class FlatMeter:
 
     def cost_curve(self, cancelled: Callable[[], bool] | None = None) -> CostCurve:
         def measure() -> CostCurve:
-            # On an engine of its own: this one's cache holds the conversation.
-            other = FlatEngine(self.lm)
+            # On an engine of its own (this one's cache holds the conversation), on every
+            # thread: the curve keyed by the machine's count.
+            other = FlatEngine(self.lm, threads=default_threads())
             return measure_engine(other, self.model.shape.vocab, cancelled=cancelled)
 
         return self.curves.get(self._digest(), self._curve_file(), measure, self._about())
@@ -187,8 +202,10 @@ class FlatMeter:
         # The Python forward runs torch's kernels: the same model, rounded otherwise.
         kind = "native" if self._in_place else "Python"
         note = "" if self._in_place else " on torch's kernels (not the native forward's numbers)"
+        most = self._threads
+        threads = f"{most} threads" + (f", or {most - 1} while faster" if most > 1 else "")
         return (
             f"flat engine, torch {torch.__version__} ({self.model.fmt} weight-only on cpu, {cap}; "
-            f"{kind} {self.model.shape.arch} forward{note}, rows exact; weights "
+            f"{kind} {self.model.shape.arch} forward{note}, rows exact; {threads}; weights "
             f"{self.model.about})"
         )

@@ -25,6 +25,7 @@ from samchat.engines.flat.engine import FlatEngine
 from samchat.engines.flat.forward import TAIL
 from samchat.engines.flat.gguf_weights import Blocks4, Blocks8, decode
 from samchat.engines.flat.quant import Linear, pack4, pack8
+from samchat.engines.flat.threads import TRIAL, ThreadChoice
 from samchat.engines.layout import TreeLayout
 from samchat.errors import ModelLoadError
 from samchat.models.default import bundled_gguf
@@ -60,9 +61,10 @@ def _python_lm() -> Any:
         return load_model(ModelSpec(engine="flat"))
 
 
-def _engine(lm: Any, native: bool) -> FlatEngine:
-    """An engine on the native forward (lm as loaded here) or on the Python one."""
-    return FlatEngine(lm if native else _python_lm())
+def _engine(lm: Any, native: bool, threads: int | None = None) -> FlatEngine:
+    """An engine on the native forward (lm as loaded here) or on the Python one, on `threads`
+    threads (None: chosen while it runs)."""
+    return FlatEngine(lm if native else _python_lm(), threads=threads)
 
 
 def _reference(tensor: Any) -> np.ndarray[Any, Any]:
@@ -129,9 +131,11 @@ def _prompt(lm: Any, text: str) -> list[int]:
     return list(session.render([{"role": "user", "content": text}]))
 
 
-def _plain_rows(lm: Any, context: list[int], path: list[int], native: bool) -> list[Logits]:
+def _plain_rows(
+    lm: Any, context: list[int], path: list[int], native: bool, threads: int | None = None
+) -> list[Logits]:
     """Logits of one-token steps along path after context, each step committed."""
-    engine = _engine(lm, native)
+    engine = _engine(lm, native, threads)
     engine.prefill(context)
     out = []
     for t in path:
@@ -189,12 +193,10 @@ def test_rows_split_between_threads_equal_one_token_steps_on_one(int4_lm: Any) -
     tokens, parents = _random_tree(rng, likely, TAIL - 1)
     layout = TreeLayout(tokens, parents)
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
     try:
-        ref = _plain_rows(int4_lm, context, path, native=True)
-        tree_ref = _tree_rows(int4_lm, context, [path[0], *tokens], layout, native=True)
-        torch.set_num_threads(threads)
-        engine = FlatEngine(int4_lm)
+        ref = _plain_rows(int4_lm, context, path, native=True, threads=1)
+        tree_ref = _tree_rows(int4_lm, context, [path[0], *tokens], layout, True, threads=1)
+        engine = FlatEngine(int4_lm, threads=threads)
         engine.prefill(context)
         base = engine.length
         for k in (1, 2, 3, 5, 8, 15, 16, 17, 24, 31, 32, 33, 47, TAIL - 1, TAIL):
@@ -261,11 +263,16 @@ def test_tree_verification_is_exact_on_random_trees(int4_lm: Any, native: bool) 
 
 
 def _tree_rows(
-    lm: Any, context: list[int], inputs: list[int], layout: TreeLayout, native: bool
+    lm: Any,
+    context: list[int],
+    inputs: list[int],
+    layout: TreeLayout,
+    native: bool,
+    threads: int | None = None,
 ) -> list[Logits]:
     """Each tree node's row by one-token decoding along its path (depth first, one step per
     node: the reference engine holds the context and the node's ancestors)."""
-    engine = _engine(lm, native)
+    engine = _engine(lm, native, threads)
     engine.prefill(context)
     kids: list[list[int]] = [[] for _ in range(layout.n)]
     for node in range(1, layout.n):
@@ -437,3 +444,29 @@ def test_a_hugging_face_directory_loads_in_the_cpu_formats(fmt: str) -> None:
     ]
     _, done, _ = _run(session, messages, SamplingParams(max_new_tokens=16))
     assert "Paris" in done.text
+
+
+def test_switching_threads_while_decoding_never_changes_a_token(int4_lm: Any) -> None:
+    """The real engine, trying the other count every few forwards (and keeping whichever ran
+    faster): its greedy tokens equal those of an engine on two threads throughout."""
+    before = torch.get_num_threads()
+    prompt = _prompt(int4_lm, "Name three rivers of England.")
+
+    def greedy(engine: FlatEngine) -> list[int]:
+        engine.prefill(prompt[:-1])
+        out, tok = [], prompt[-1]
+        for _ in range(40):
+            start = engine.length
+            tok = int(np.argmax(engine.forward([tok])[0]))
+            engine.commit(start, [0])
+            out.append(tok)
+        return out
+
+    try:
+        fixed = greedy(FlatEngine(int4_lm, threads=2))
+        engine = FlatEngine(int4_lm)
+        engine.threads = ThreadChoice(2, first_wait=2)
+        assert greedy(engine) == fixed
+        assert engine.threads.ran.get(1, 0) >= TRIAL and engine.threads.ran.get(2, 0) >= TRIAL
+    finally:
+        torch.set_num_threads(before)

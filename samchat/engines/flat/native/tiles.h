@@ -182,6 +182,23 @@ inline v16i splat4(const int8_t* p) {
   return v16i{} + word;
 }
 
+// Asks for the bytes AHEAD past p .. p + bytes (a tile's next groups, or the next tile's: tiles
+// lie end to end) to be brought into L2 before they are read. With several rows the sums take
+// long enough per byte that the CPU's own prefetching falls behind and reading and summing take
+// turns; with one row it keeps up, and asking costs more than it brings.
+constexpr int64_t AHEAD = 4096;
+
+inline void ahead(const uint8_t* p, int64_t bytes) {
+  for (int64_t i = 0; i < bytes; i += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + AHEAD + i), _MM_HINT_T1);
+}
+
+// The scales or offsets of group g of G, held in `stride` bytes per tile, asked for ahead.
+inline void ahead_scales(const uint8_t* p, int64_t stride, int64_t g, int64_t G) {
+  if (p != nullptr && g % 4 == 0)
+    _mm_prefetch(reinterpret_cast<const char*>(p + g * stride / G + AHEAD / 4), _MM_HINT_T1);
+}
+
 // Rows r0 .. r0 + R of T neighbouring 4-bit tiles, scales held as SM, offsets as ZM.
 template <int R, int T, int SM, int ZM>
 inline void tile4(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t qstride,
@@ -195,6 +212,11 @@ inline void tile4(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
     v16i sums[T][R];
     for (int t = 0; t < T; ++t)
       for (int r = 0; r < R; ++r) sums[t][r] = v16i{};
+    for (int t = 0; t < T && R > 1; ++t) {
+      ahead(q + t * qstride + g * 256, 256);
+      ahead_scales(s + t * sstride, sstride, g, G);
+      ahead_scales(z == nullptr ? nullptr : z + t * zstride, zstride, g, G);
+    }
     for (int64_t c = 0; c < 4; ++c) {
       for (int t = 0; t < T; ++t) {
         v64u w;
@@ -255,6 +277,11 @@ inline void tile8(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
     v16i sums[T][R];
     for (int t = 0; t < T; ++t)
       for (int r = 0; r < R; ++r) sums[t][r] = v16i{};
+    for (int t = 0; t < T && R > 1; ++t) {
+      ahead(q + t * qstride + g * 256, 256);
+      ahead_scales(s + t * sstride, sstride, g, G);
+      ahead_scales(z == nullptr ? nullptr : z + t * zstride, zstride, g, G);
+    }
     for (int64_t c = 0; c < 4; ++c) {
       for (int t = 0; t < T; ++t) {
         v64u w;
@@ -287,6 +314,25 @@ inline void tile8(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
     for (int r = 0; r < R; ++r) std::memcpy(y + (r0 + r) * O + (b + t) * 16, &acc[t][r], 64);
 }
 
+// Chunk c of a 5- or 6-bit tile's group of 32 inputs at base (8 inputs, 16 outputs): its
+// values rebuilt from the low nibbles and B extra bits (layout below), their products with
+// rows r0 .. r0 + R's rounded inputs at xr (the group's first, row r's K apart) summed into sums.
+template <int R, int B>
+inline void plane_chunk(const uint8_t* base, int c, const int8_t* xr, int64_t K,
+                        v16i (&sums)[R]) {
+  constexpr uint8_t MASK = (1 << B) - 1;
+  const int p0 = B * (2 * c), p1 = B * (2 * c + 1);  // both in the same vector of extra bits
+  v64u n, ext;
+  std::memcpy(&n, base + c * 64, 64);
+  std::memcpy(&ext, base + 256 + 64 * (p0 / 8), 64);
+  const v64u lo = (n & 15) | (((ext >> (p0 % 8)) & MASK) << 4);
+  const v64u hi = (n >> 4) | (((ext >> (p1 % 8)) & MASK) << 4);
+  for (int r = 0; r < R; ++r) {
+    sums[r] = dot4(sums[r], lo, splat4(xr + r * K + c * 8));
+    sums[r] = dot4(sums[r], hi, splat4(xr + r * K + c * 8 + 4));
+  }
+}
+
 // Rows r0 .. r0 + R of T neighbouring 5- or 6-bit tiles (B extra bits: Q5_0, Q5_1, Q5_K, Q6_K
 // in their own bits, not a byte each). Per tile and group of 32 inputs: 256 bytes of low
 // nibbles in the 4-bit tiles' order, then B vectors of 64 bytes holding the high bits, each
@@ -299,34 +345,37 @@ inline void tilep(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
                   const float* dx, const float* sx, const int32_t* x16, int64_t r0, float* y,
                   int64_t O, int64_t b) {
   constexpr int64_t GB = 256 + 64 * B;  // bytes per group of 32 inputs, per tile
-  constexpr uint8_t MASK = (1 << B) - 1;
   const int64_t G = K / 16, G32 = K / 32;
   v16f acc[T][R];
   for (int t = 0; t < T; ++t)
     for (int r = 0; r < R; ++r) acc[t][r] = v16f{};
+  // Few rows (R <= 4): both halves of a group are summed in one pass over each tile's
+  // bytes. More: each half is summed and scaled before the next, so that the sums stay in
+  // registers. The same integers and the same float steps either way.
+  constexpr bool BOTH = R <= 4;
   for (int64_t g = 0; g < G32; ++g) {
-    v16i sums[2][T][R];
-    for (int j = 0; j < 2; ++j)
+    for (int t = 0; t < T && R > 1; ++t) {
+      ahead(q + t * qstride + g * GB, GB);
+      ahead_scales(s + t * sstride, sstride, g, G32);
+      ahead_scales(z == nullptr ? nullptr : z + t * zstride, zstride, g, G32);
+    }
+    const int8_t* xr = xq + r0 * K + g * 32;
+    v16i both[2][T][R];
+    if constexpr (BOTH) {
+      for (int j = 0; j < 2; ++j)
+        for (int t = 0; t < T; ++t)
+          for (int r = 0; r < R; ++r) both[j][t][r] = v16i{};
       for (int t = 0; t < T; ++t)
-        for (int r = 0; r < R; ++r) sums[j][t][r] = v16i{};
-    for (int t = 0; t < T; ++t) {
-      const uint8_t* base = q + t * qstride + g * GB;
-      v64u ext[B];
-      for (int v = 0; v < B; ++v) std::memcpy(&ext[v], base + 256 + 64 * v, 64);
-      for (int c = 0; c < 4; ++c) {
-        v64u n;
-        std::memcpy(&n, base + c * 64, 64);
-        const int p0 = B * (2 * c), p1 = B * (2 * c + 1);
-        const v64u lo = (n & 15) | (((ext[p0 / 8] >> (p0 % 8)) & MASK) << 4);
-        const v64u hi = (n >> 4) | (((ext[p1 / 8] >> (p1 % 8)) & MASK) << 4);
-        for (int r = 0; r < R; ++r) {
-          const int8_t* xr = xq + (r0 + r) * K + g * 32 + c * 8;
-          sums[c / 2][t][r] = dot4(sums[c / 2][t][r], lo, splat4(xr));
-          sums[c / 2][t][r] = dot4(sums[c / 2][t][r], hi, splat4(xr + 4));
-        }
-      }
+        for (int c = 0; c < 4; ++c)
+          plane_chunk<R, B>(q + t * qstride + g * GB, c, xr, K, both[c / 2][t]);
     }
     for (int j = 0; j < 2; ++j) {
+      v16i sums[T][R];
+      for (int t = 0; t < T; ++t)
+        for (int r = 0; r < R; ++r) sums[t][r] = BOTH ? both[j][t][r] : v16i{};
+      for (int t = 0; t < T && !BOTH; ++t)
+        for (int c = 2 * j; c < 2 * j + 2; ++c)
+          plane_chunk<R, B>(q + t * qstride + g * GB, c, xr, K, sums[t]);
       const int64_t g16 = 2 * g + j;
       for (int t = 0; t < T; ++t) {
         const v16f sg = group_values<SM, 16>(s + t * sstride, g16);
@@ -340,7 +389,7 @@ inline void tilep(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
         for (int r = 0; r < R; ++r) {
           const int32_t xs = x16[(r0 + r) * G + g16];
           const float d = dx[(r0 + r) * G32 + g];
-          const v16f f = __builtin_convertvector(sums[j][t][r] - bias * xs, v16f);
+          const v16f f = __builtin_convertvector(sums[t][r] - bias * xs, v16f);
           acc[t][r] = madd(f, sg * splat(d), acc[t][r]);
           if constexpr (ZM == Z16) {  // Q5_1: one offset per 32, by its rounded d * sum(xq)
             if (j == 0) acc[t][r] = madd(zg, splat(sx[(r0 + r) * G32 + g]), acc[t][r]);
@@ -418,42 +467,45 @@ struct Where {
   int32_t bias;  // 5- and 6-bit tiles: u = q + bias
 };
 
-// All n rows of T tiles starting at tile b, a few rows at a time: quantized tiles (H = HELD4 or
-// HELD8) with scales SM and offsets ZM, or float tiles of element type SM (H = HELDF).
-template <int T, int H, int SM, int ZM, int EB>
-inline void span(const Where& h, int64_t K, const float* x, const Rows8& x8, int64_t n, float* y,
-                 int64_t O, int64_t b) {
-  constexpr int MOST = 4;
-  for (int64_t r0 = 0; r0 < n; r0 += MOST) {
-    const int64_t left = n - r0 < MOST ? n - r0 : MOST;
-#define SAMCHAT_TILE(R)                                                                        \
-  if (left == R) {                                                                             \
-    if constexpr (H == HELD4)                                                                  \
-      tile4<R, T, SM, ZM>(h.q, h.s, h.z, h.qstride, h.sstride, h.zstride, K, x8.xq, x8.dx,     \
-                          x8.sx, r0, y, O, b);                                                 \
-    else if constexpr (H == HELD8 && EB > 0)                                                   \
-      tilep<R, T, SM, ZM, EB>(h.q, h.s, h.z, h.qstride, h.sstride, h.zstride, K, h.bias,       \
-                              x8.xq, x8.dx, x8.sx, x8.x16, r0, y, O, b);                       \
-    else if constexpr (H == HELD8)                                                             \
-      tile8<R, T, SM, ZM>(h.q, h.s, h.z, h.qstride, h.sstride, h.zstride, K, x8.xq, x8.dx,     \
-                          x8.x16, r0, y, O, b);                                                \
-    else                                                                                       \
-      tilef<R, T, SM>(h.q, h.qstride, K, x, r0, y, O, b);                                      \
-  }
-    SAMCHAT_TILE(1)
-    SAMCHAT_TILE(2)
-    SAMCHAT_TILE(3)
-    SAMCHAT_TILE(4)
-#undef SAMCHAT_TILE
+// Rows r0 .. r0 + R of T tiles starting at tile b, where R = left (at most MOST).
+template <int MOST, int T, int H, int SM, int ZM, int EB>
+inline void rows(int64_t left, const Where& h, int64_t K, const float* x, const Rows8& x8,
+                 int64_t r0, float* y, int64_t O, int64_t b) {
+  if (left == MOST) {
+    if constexpr (H == HELD4)
+      tile4<MOST, T, SM, ZM>(h.q, h.s, h.z, h.qstride, h.sstride, h.zstride, K, x8.xq, x8.dx,
+                             x8.sx, r0, y, O, b);
+    else if constexpr (H == HELD8 && EB > 0)
+      tilep<MOST, T, SM, ZM, EB>(h.q, h.s, h.z, h.qstride, h.sstride, h.zstride, K, h.bias,
+                                 x8.xq, x8.dx, x8.sx, x8.x16, r0, y, O, b);
+    else if constexpr (H == HELD8)
+      tile8<MOST, T, SM, ZM>(h.q, h.s, h.z, h.qstride, h.sstride, h.zstride, K, x8.xq, x8.dx,
+                             x8.x16, r0, y, O, b);
+    else
+      tilef<MOST, T, SM>(h.q, h.qstride, K, x, r0, y, O, b);
+  } else if constexpr (MOST > 1) {
+    rows<MOST - 1, T, H, SM, ZM, EB>(left, h, K, x, x8, r0, y, O, b);
   }
 }
 
-// All tiles of a linear, split between the threads (four tiles at a time where they divide the
-// outputs: independent sums keep the units busy).
+// All n rows of T tiles starting at tile b, MOST rows at a time: T * MOST sums and as many
+// accumulators fit the registers, and each tile's weights are unpacked once per MOST rows.
+template <int T, int MOST, int H, int SM, int ZM, int EB>
+inline void span(const Where& h, int64_t K, const float* x, const Rows8& x8, int64_t n, float* y,
+                 int64_t O, int64_t b) {
+  for (int64_t r0 = 0; r0 < n; r0 += MOST) {
+    const int64_t left = n - r0 < MOST ? n - r0 : MOST;
+    rows<MOST, T, H, SM, ZM, EB>(left, h, K, x, x8, r0, y, O, b);
+  }
+}
+
+// All tiles of a linear, split between the threads: one row four neighbouring tiles at a time
+// (independent sums keep the units busy), up to four rows two tiles at a time, more rows one
+// tile and eight rows at a time. Each row's arithmetic is the same whichever is taken.
 template <int H, int SM, int ZM, int EB = 0>
 inline void all_tiles(const Where& h, int64_t blocks, int64_t K, const float* x, const Rows8& x8,
                       int64_t n, float* y, int64_t O, int64_t per_byte) {
-  const int64_t T = blocks % 4 == 0 ? 4 : 1;
+  const int64_t T = n == 1 ? (blocks % 4 == 0 ? 4 : 1) : (n <= 4 && blocks % 2 == 0 ? 2 : 1);
   at::parallel_for(0, blocks / T, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t c = lo; c < hi; ++c) {
       const int64_t b = c * T;
@@ -461,9 +513,11 @@ inline void all_tiles(const Where& h, int64_t blocks, int64_t K, const float* x,
                     h.z == nullptr ? nullptr : h.z + b * h.zstride, h.qstride, h.sstride,
                     h.zstride, h.bias};
       if (T == 4)
-        span<4, H, SM, ZM, EB>(hb, K, x, x8, n, y, O, b);
+        span<4, 1, H, SM, ZM, EB>(hb, K, x, x8, n, y, O, b);
+      else if (T == 2)
+        span<2, 4, H, SM, ZM, EB>(hb, K, x, x8, n, y, O, b);
       else
-        span<1, H, SM, ZM, EB>(hb, K, x, x8, n, y, O, b);
+        span<1, 8, H, SM, ZM, EB>(hb, K, x, x8, n, y, O, b);
     }
   });
 }
