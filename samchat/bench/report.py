@@ -37,6 +37,10 @@ class DrafterFigures(TypedDict, total=False):
     predicted_vs_plain: float  # committed tokens per one-token forward's worth of cost
     decode_speedup_vs_plain: float  # on decoding alone (no prefill)
     achieved_of_predicted: float  # decode_speedup_vs_plain / predicted_vs_plain
+    # The cost model as the selector prices a step (policy/hostcost.py): its forward on the
+    # curve plus the host's seconds it took, against a plain step's forward and host seconds.
+    priced_vs_plain: float
+    achieved_of_priced: float  # decode_speedup_vs_plain / priced_vs_plain
     # Milliseconds per step: in the engine's forward, on the host (the rest of the step), the
     # host's by part (events.HostTimes) and both by step kind.
     engine_ms_per_step: float
@@ -207,6 +211,12 @@ class Results:
                     if predicted:
                         achieved = decode / plain_decode / predicted
                         by["achieved_of_predicted"] = round(achieved, 3)
+                    priced = _priced(
+                        [runs[q] for q in qids], [plain[q] for q in qids if q in plain]
+                    )
+                    if priced:
+                        by["priced_vs_plain"] = round(priced, 3)
+                        by["achieved_of_priced"] = round(decode / plain_decode / priced, 3)
                 rows[category] = {
                     **by,
                     "tokens_per_s": round(speed, 2),
@@ -240,6 +250,22 @@ class Results:
         return mean(speeds) if speeds else 0.0
 
 
+def _priced(runs: list[Run], plain: list[Run]) -> float | None:
+    """The speedup over plain the cost model predicts with the host's time priced as the
+    selector prices it: each step costs its forward on the curve (in the plain run's seconds per
+    forward) and the host seconds it took; a plain step, the plain run's forward and host
+    seconds. None without timed plain steps."""
+    steps = sum(r.steps for r in plain)
+    forward = sum(s for r in plain for s in r.engine_s_by.values())
+    if steps == 0 or forward <= 0:
+        return None
+    t1 = forward / steps
+    h1 = sum(s for r in plain for s in r.host_s_by.values()) / steps
+    cost = sum(r.cost for r in runs) * t1 + sum(s for r in runs for s in r.host_s_by.values())
+    committed = sum(r.committed for r in runs)
+    return committed * (t1 + h1) / cost if cost > 0 else None
+
+
 def reply_cost(curve: CostCurve, context: int, sizes: Sequence[int]) -> float:
     """A reply's forwards of `sizes` inputs in one-token forwards, priced as the selector
     priced them: on the curve at the prompt's length."""
@@ -249,29 +275,37 @@ def reply_cost(curve: CostCurve, context: int, sizes: Sequence[int]) -> float:
 
 def format_table(table: Table) -> str:
     """Markdown: the overall row of every method (with the speedup over plain its MAT and step
-    sizes predict on the measured cost curve, "cost model", beside the one measured on decoding
-    alone, "decoding"), then speed, speedup, MAT and identical replies per category (one column
-    per method)."""
+    sizes predict on the measured cost curve, "cost model", and with the host's seconds priced
+    too, "with host", beside the one measured on decoding alone, "decoding", and what share of
+    each that is), then speed, speedup, MAT and identical replies per category (one column per
+    method)."""
     methods = list(table)
     lines = [
-        "| method | tok/s | vs plain | vs best plain | MAT | cost model | decoding "
-        "| of prediction | identical |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| method | tok/s | vs plain | vs best plain | MAT | cost model | with host | decoding "
+        "| of prediction | of priced | identical |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m in methods:
         r = table[m].get("overall")
         if r:
-            predicted = r.get("predicted_vs_plain")
-            decoding = r.get("decode_speedup_vs_plain")
-            achieved = r.get("achieved_of_predicted")
+
+            def x(v: float | None) -> str:
+                return f"{v:.2f}x" if v else "-"
+
+            def share(v: float | None) -> str:
+                return f"{100 * v:.0f}%" if v else "-"
+
+            cells = [
+                x(r.get("predicted_vs_plain")),
+                x(r.get("priced_vs_plain")),
+                x(r.get("decode_speedup_vs_plain")),
+                share(r.get("achieved_of_predicted")),
+                share(r.get("achieved_of_priced")),
+            ]
             lines.append(
                 f"| {m} | {r['tokens_per_s']:.1f} | {r['speedup_vs_plain']:.2f}x | "
                 f"{r['speedup_vs_best_plain']:.2f}x | {r['mat']:.2f} | "
-                + (f"{predicted:.2f}x" if predicted else "-")
-                + " | "
-                + (f"{decoding:.2f}x" if decoding else "-")
-                + " | "
-                + (f"{100 * achieved:.0f}%" if achieved else "-")
+                + " | ".join(cells)
                 + f" | {r['identical']}/{r['questions']} |"
             )
     categories = [

@@ -39,6 +39,8 @@ STEP_KEYS = {
     "predicted_vs_plain",
     "decode_speedup_vs_plain",
     "achieved_of_predicted",
+    "priced_vs_plain",
+    "achieved_of_priced",
     "engine_ms_per_step",
     "host_ms_per_step",
     "host_ms_by_part",
@@ -184,7 +186,7 @@ def test_table_compares_each_method_with_its_own_plain_and_the_best_plain() -> N
     assert [r["identical"] for r in (lc, ls, tp, ts)] == [2, 2, 2, 1]
     assert table["torch:sam+tr"]["code"]["identical"] == 0
     text = format_table(table)
-    assert "| torch:sam+tr | 8.0 | 4.00x | 2.00x | 1.00 | - | - | - | 1/2 |" in text
+    assert "| torch:sam+tr | 8.0 | 4.00x | 2.00x | 1.00 | - | - | - | - | - | 1/2 |" in text
     assert format_host(table) == ""  # no step was timed
     assert "| qa | 4.0, 1.00x, 1.00, 1/1 |" in text
 
@@ -209,8 +211,32 @@ def test_the_cost_model_prices_each_step_on_the_measured_curve() -> None:
     assert table["torch:sam+tr"]["overall"]["decode_speedup_vs_plain"] == round(0.8 / 0.3, 3)
     # What the cost model's check reads: the decoding speedup over the predicted one.
     assert table["torch:sam+tr"]["overall"]["achieved_of_predicted"] == round(0.8 / 0.3 / 2, 3)
-    row = "| torch:sam+tr | 12.0 | 2.00x | 2.00x | 3.00 | 2.00x | 2.67x | 133% | 1/1 |"
+    row = "| torch:sam+tr | 12.0 | 2.00x | 2.00x | 3.00 | 2.00x | - | 2.67x | 133% | - | 1/1 |"
     assert row in format_table(table)
+
+
+def test_the_cost_model_with_the_host_prices_each_steps_host_seconds() -> None:
+    """priced_vs_plain: a step costs its forward on the curve, in the plain run's seconds per
+    forward, and the host seconds it took; a plain step the plain run's forward and host."""
+    q = Question("1", "qa", ("x",))
+    results = Results(("torch:plain", "torch:sam+tr"))
+    plain = _run([1, 2, 3, 4, 5, 6], 1.0)
+    plain.steps_by, plain.committed_by, plain.cost = {"plain": 6}, {"plain": 6}, 6.0
+    plain.engine_s_by, plain.host_s_by = {"plain": 0.060}, {"plain": 0.006}  # 10 + 1 ms a step
+    plain.decode_seconds = 0.066
+    results.add("torch:plain", q, plain)
+    spec = Run(6, 0.5, 2, [1, 2, 3, 4, 5, 6], committed=6)
+    # two steps of 1.5 one-token forwards each (30 ms on the curve), 4 ms of host each
+    spec.steps_by, spec.committed_by, spec.cost = {"dyn": 2}, {"dyn": 6}, 3.0
+    spec.engine_s_by, spec.host_s_by = {"dyn": 0.032}, {"dyn": 0.008}
+    spec.decode_seconds = 0.040
+    results.add("torch:sam+tr", q, spec)
+    overall = results.table()["torch:sam+tr"]["overall"]
+    assert overall["predicted_vs_plain"] == 2.0  # the curve alone
+    priced = 6 * 0.011 / (3.0 * 0.010 + 0.008)  # 66 ms of plain steps against 38 predicted
+    assert overall["priced_vs_plain"] == round(priced, 3)
+    assert overall["achieved_of_priced"] == round(0.066 / 0.040 / priced, 3)
+    assert "| 2.00x | 1.74x | 1.65x | 82% | 95% | 1/1 |" in format_table(results.table())
 
 
 def test_host_time_per_step_by_part_and_by_step_kind() -> None:
@@ -352,7 +378,7 @@ def test_bench_decode_writes_table_json_and_chart(
     assert data["torch:plain"]["overall"]["achieved_of_predicted"] == 1.0
     assert data["torch:sam+tr"]["overall"]["achieved_of_predicted"] > 0
     printed = capsys.readouterr().out
-    assert "| cost model | decoding | of prediction |" in printed
+    assert "| cost model | with host | decoding | of prediction | of priced |" in printed
     assert "| method | steps | engine | host | draft | tree | accept | learn | emit |" in printed
     assert "| torch:plain | plain |" in printed
     assert data["torch:plain"]["overall"]["predicted_vs_plain"] == 1.0
@@ -440,7 +466,8 @@ def test_bench_decode_compares_engines(tmp_path: Path, capsys: pytest.CaptureFix
         pld = method.endswith(":pld")  # not run through a session: no per-drafter figures
         session_keys = {
             "accepted_by", "mat_by", "steps_by", "predicted_vs_plain", "decode_speedup_vs_plain",
-            "achieved_of_predicted", "engine_ms_per_step", "host_ms_per_step", "host_ms_by_part",
+            "achieved_of_predicted", "priced_vs_plain", "achieved_of_priced", "engine_ms_per_step",
+                "host_ms_per_step", "host_ms_by_part",
             "engine_ms_by", "host_ms_by",
         }  # fmt: skip
         assert set(row) == KEYS | (set() if pld else session_keys)
