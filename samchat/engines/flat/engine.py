@@ -90,15 +90,21 @@ class FlatEngine:
         native = self._native
         choice = self.threads
         threads = choice.pick(len(ids))
-        if torch.get_num_threads() != threads:
+        # Set for this forward only: other engines run on the same thread.
+        before = torch.get_num_threads()
+        if before != threads:
             torch.set_num_threads(threads)
         start = time.perf_counter()
-        with torch.inference_mode():
-            if native is not None:
-                cache.reserve(cache.length + len(ids))
-                out = native_forward.run(native, cache.buf, cache.length, ids, parents, logits)
-            else:
-                out = run(self.model, cache, ids, parents, logits)
+        try:
+            with torch.inference_mode():
+                if native is not None:
+                    cache.reserve(cache.length + len(ids))
+                    out = native_forward.run(native, cache.buf, cache.length, ids, parents, logits)
+                else:
+                    out = run(self.model, cache, ids, parents, logits)
+        finally:
+            if before != threads:
+                torch.set_num_threads(before)
         choice.timed(threads, len(ids), time.perf_counter() - start)
         self._length += len(ids)
         self._tree_at = self._cache.length if parents is not None else None

@@ -468,5 +468,7 @@ def test_switching_threads_while_decoding_never_changes_a_token(int4_lm: Any) ->
         engine.threads = ThreadChoice(2, first_wait=2)
         assert greedy(engine) == fixed
         assert engine.threads.ran.get(1, 0) >= TRIAL and engine.threads.ran.get(2, 0) >= TRIAL
+        # Each count is set for a forward only: the thread's own count is left as it was.
+        assert torch.get_num_threads() == before
     finally:
         torch.set_num_threads(before)
