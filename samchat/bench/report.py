@@ -273,6 +273,14 @@ def reply_cost(curve: CostCurve, context: int, sizes: Sequence[int]) -> float:
     return float(sum(at.rel(n) for n in sizes))
 
 
+def _times(v: float | None) -> str:
+    return f"{v:.2f}x" if v else "-"
+
+
+def _share(v: float | None) -> str:
+    return f"{100 * v:.0f}%" if v else "-"
+
+
 def format_table(table: Table) -> str:
     """Markdown: the overall row of every method (with the speedup over plain its MAT and step
     sizes predict on the measured cost curve, "cost model", and with the host's seconds priced
@@ -288,19 +296,12 @@ def format_table(table: Table) -> str:
     for m in methods:
         r = table[m].get("overall")
         if r:
-
-            def x(v: float | None) -> str:
-                return f"{v:.2f}x" if v else "-"
-
-            def share(v: float | None) -> str:
-                return f"{100 * v:.0f}%" if v else "-"
-
             cells = [
-                x(r.get("predicted_vs_plain")),
-                x(r.get("priced_vs_plain")),
-                x(r.get("decode_speedup_vs_plain")),
-                share(r.get("achieved_of_predicted")),
-                share(r.get("achieved_of_priced")),
+                _times(r.get("predicted_vs_plain")),
+                _times(r.get("priced_vs_plain")),
+                _times(r.get("decode_speedup_vs_plain")),
+                _share(r.get("achieved_of_predicted")),
+                _share(r.get("achieved_of_priced")),
             ]
             lines.append(
                 f"| {m} | {r['tokens_per_s']:.1f} | {r['speedup_vs_plain']:.2f}x | "

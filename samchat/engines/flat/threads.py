@@ -37,7 +37,7 @@ _default: list[int] = []
 
 def default_threads() -> int:
     """torch's thread count as this process started (its default, or OMP_NUM_THREADS): read
-    once, since the engines change the count of the thread they run on."""
+    once, since an engine sets another count during its forwards."""
     import torch
 
     with _lock:
