@@ -25,7 +25,13 @@ from samchat.models.loader import ModelSpec, load_model
 
 pytestmark = pytest.mark.model
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "gguf_redress.py"
-COMPUTED = ("llama", "llama3", "linear", "qwen2", "qwen3")
+# Llama files whose query heads share a key head five and six at a time, with head sizes 64 and
+# 128: the native attention takes such heads in packs of unequal sizes (4 + 1, 4 + 2).
+GROUPS = {
+    "group5": {"hidden": 320, "heads": 5, "kv_heads": 1},
+    "group6": {"hidden": 768, "heads": 6, "kv_heads": 1},
+}
+COMPUTED = ("llama", "llama3", "linear", "qwen2", "qwen3", *GROUPS)
 # Largest logit difference from llama.cpp's, relative to the row's largest logit: both round
 # activations (llama.cpp to 8 bits per block of 32, the flat engine to bfloat16) and their
 # caches (Q8_0 and bfloat16), so rows agree to about a percent, not bit for bit.
@@ -50,6 +56,9 @@ def tiny_ggufs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for family in redress.TINY:
         files[family] = folder / f"{family}.gguf"
         redress.tiny(files[family], family, tokenizer, seed=len(files))
+    for name, dims in GROUPS.items():
+        files[name] = folder / f"{name}.gguf"
+        redress.tiny(files[name], "llama", tokenizer, seed=len(files), **dims)
     files["stray"] = folder / "stray.gguf"
     stray = {"blk.0.attn_output.bias": np.full(128, 0.01, dtype=np.float32)}
     redress.tiny(files["stray"], "llama", tokenizer, extra=stray)

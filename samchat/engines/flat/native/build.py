@@ -23,7 +23,7 @@ import torch
 from samchat.engines.flat.native import SWITCH
 
 SOURCE = Path(__file__).with_name("forward.cpp")
-HEADERS = (Path(__file__).with_name("tiles.h"),)
+HEADERS = (Path(__file__).with_name("tiles.h"), Path(__file__).with_name("attention.h"))
 # No contraction into fused multiply-adds: a vector loop and its remainder then compute alike.
 FLAGS = ("-O3", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
 # The instruction sets to compile for: this CPU's, unless SAMCHAT_NATIVE_ARCH names others

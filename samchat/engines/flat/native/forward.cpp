@@ -1,7 +1,7 @@
 // The flat engine's forward of llama, qwen2 and qwen3 in one native call: the linears on tiles
-// (tiles.h) or on torch's weight-only int4/int8 kernels, and plain loops for the rest (norms,
-// q/k/v biases, per-head q/k norms, rotary, attention, SiLU). Every input is checked before
-// anything is read: a bad id, position, row or shape raises a Python exception.
+// (tiles.h) or on torch's weight-only int4/int8 kernels, attention (attention.h), and plain
+// loops for the rest (norms, q/k/v biases, per-head q/k norms, rotary, SiLU). Every input is
+// checked before anything is read: a bad id, position, row or shape raises a Python exception.
 //
 // Lossless drafting needs each row of a k-row verification to equal a one-token step bit for
 // bit. The linears give that by construction (one code path per row whatever the row count).
@@ -13,8 +13,10 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "attention.h"
 #include "tiles.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -359,49 +361,19 @@ at::Tensor flat_forward(int64_t handle, const at::Tensor& ids, const at::Tensor&
       uint16_t* vdst = vc + (length + i) * kvh * hd;
       for (int64_t j = 0; j < kvh * hd; ++j) vdst[j] = f2bf(v[j]);
     }
-    // Attention, one (row, head) at a time over the row's own keys in order.
-    at::parallel_for(0, n * heads, 1, [&](int64_t lo, int64_t hi) {
+    // Attention by row and key head, a few of its query heads at a time (attention.h).
+    const int64_t most = attention::pack(hd), packs = (group + most - 1) / most;
+    at::parallel_for(0, n * kvh * packs, 1, [&](int64_t lo, int64_t hi) {
       std::vector<float> sc;
       for (int64_t task = lo; task < hi; ++task) {
-        const int64_t i = task / heads, head = task % heads, g = head / group;
-        const int64_t keys = pos[i] + 1;
-        sc.resize(keys);
-        auto key_row = [&](int64_t j) -> int64_t {
-          if (j < length) return j;
-          return seq ? j : length + a[o[i] + (j - length)];
-        };
-        const float* q = qp + (i * heads + head) * hd;
-        tiles::v16f qv[32];
-        for (int64_t c = 0; c < hd / 16; ++c) qv[c] = tiles::load16(q + c * 16);
-        float best = -INFINITY;
-        for (int64_t j = 0; j < keys; ++j) {
-          const uint16_t* k = kc + (key_row(j) * kvh + g) * hd;
-          tiles::v16f dot = qv[0] * tiles::widen_bf16(k);
-          for (int64_t c = 1; c < hd / 16; ++c)
-            dot = tiles::madd(qv[c], tiles::widen_bf16(k + c * 16), dot);
-          const float v = tiles::hsum(dot) * scale;
-          sc[j] = v;
-          best = v > best ? v : best;
-        }
-        float total = 0.0f;
-        for (int64_t j = 0; j < keys; ++j) {
-          sc[j] = fexp(sc[j] - best);
-          total += sc[j];
-        }
-        tiles::v16f acc[32];
-        for (int64_t c = 0; c < hd / 16; ++c) acc[c] = tiles::v16f{};
-        for (int64_t j = 0; j < keys; ++j) {
-          const uint16_t* v = vc + (key_row(j) * kvh + g) * hd;
-          const tiles::v16f e = tiles::splat(sc[j]);
-          for (int64_t c = 0; c < hd / 16; ++c)
-            acc[c] = tiles::madd(e, tiles::widen_bf16(v + c * 16), acc[c]);
-        }
-        float* out = ap + (i * heads + head) * hd;
-        const tiles::v16f inv = tiles::splat(1.0f / total);
-        for (int64_t c = 0; c < hd / 16; ++c) {
-          const tiles::v16f r = acc[c] * inv;
-          std::memcpy(out + c * 16, &r, 64);
-        }
+        const int64_t i = task / (kvh * packs), g = task / packs % kvh;
+        const int64_t first = g * group + task % packs * most;
+        const int64_t p = std::min(most, (g + 1) * group - first), keys = pos[i] + 1;
+        sc.resize(p * ((keys + 15) / 16 * 16));
+        const attention::Keys where{kc + g * hd, vc + g * hd, kvh * hd, length,
+                                    seq ? nullptr : a + o[i]};
+        attention::attend_any(qp + (i * heads + first) * hd, where, keys, hd, p, scale,
+                              ap + (i * heads + first) * hd, sc.data());
       }
     });
     add_rows(xp, linear(lin[1], att), n * H);
