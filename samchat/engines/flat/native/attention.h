@@ -95,6 +95,63 @@ __attribute__((always_inline)) inline void ask(const uint16_t* base, const Keys&
 
 constexpr int64_t AHEAD = 32;  // keys
 
+// A head's values in the order attend works in. With an even number of chunks of 16 (head
+// sizes 32, 64, 128, ...), each 32 values are held as their even elements, then their odd ones:
+// a row of bfloat16 then widens with one load and two operations per 32 values, where a
+// widening load per 16 takes twice the work. Otherwise 16 at a time as they lie.
+template <int C>
+constexpr bool SPLIT = C > 0 && C % 2 == 0;
+
+typedef uint32_t v16u __attribute__((vector_size(64)));
+
+template <int C>
+inline void widen_head(const uint16_t* p, int64_t cs, v16f* out) {
+  if constexpr (SPLIT<C>) {
+    for (int c = 0; c < C / 2; ++c) {
+      v16u w;
+      std::memcpy(&w, p + 32 * c, 64);
+      out[2 * c] = reinterpret_cast<v16f>(w << 16);
+      out[2 * c + 1] = reinterpret_cast<v16f>(w & 0xFFFF0000u);
+    }
+  } else {
+    for (int64_t c = 0; c < cs; ++c) out[c] = tiles::widen_bf16(p + c * 16);
+  }
+}
+
+// float32 values (a query) into that order.
+template <int C>
+inline void to_order(const float* q, int64_t cs, v16f* out) {
+  if constexpr (SPLIT<C>) {
+    for (int c = 0; c < C / 2; ++c) {
+      const v16f a = tiles::load16(q + 32 * c), b = tiles::load16(q + 32 * c + 16);
+      out[2 * c] = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24,
+                                           26, 28, 30);
+      out[2 * c + 1] = __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23,
+                                               25, 27, 29, 31);
+    }
+  } else {
+    for (int64_t c = 0; c < cs; ++c) out[c] = tiles::load16(q + c * 16);
+  }
+}
+
+// Vectors in that order back to the values' own order.
+template <int C>
+inline void from_order(const v16f* in, int64_t cs, float* out) {
+  if constexpr (SPLIT<C>) {
+    for (int c = 0; c < C / 2; ++c) {
+      const v16f e = in[2 * c], o = in[2 * c + 1];
+      const v16f a = __builtin_shufflevector(e, o, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6,
+                                             22, 7, 23);
+      const v16f b = __builtin_shufflevector(e, o, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29,
+                                             14, 30, 15, 31);
+      std::memcpy(out + 32 * c, &a, 64);
+      std::memcpy(out + 32 * c + 16, &b, 64);
+    }
+  } else {
+    for (int64_t c = 0; c < cs; ++c) std::memcpy(out + c * 16, &in[c], 64);
+  }
+}
+
 // The heads that share one key head, P at a time (P <= 4): for each, out (head dim, in C
 // chunks of 16) = softmax(q . keys * scale) . values over keys 0 .. count - 1. A key and its
 // value are read and widened once for the P heads; each head's sums are its own, so a head's
@@ -106,8 +163,7 @@ void attend(const float* q, const Keys& keys, int64_t count, int64_t chunks, flo
   constexpr int MOST = C ? C : 32;
   const int64_t cs = C ? C : chunks, hd = cs * 16, pad = (count + 15) / 16 * 16;
   v16f qv[P][MOST];
-  for (int h = 0; h < P; ++h)
-    for (int64_t c = 0; c < cs; ++c) qv[h][c] = tiles::load16(q + h * hd + c * 16);
+  for (int h = 0; h < P; ++h) to_order<C>(q + h * hd, cs, qv[h]);
   const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   v16f best[P];
   for (int h = 0; h < P; ++h) best[h] = tiles::splat(-INFINITY);
@@ -118,7 +174,7 @@ void attend(const float* q, const Keys& keys, int64_t count, int64_t chunks, flo
       ask(keys.k, keys, j0 + k + AHEAD, hd);
       const uint16_t* kp = keys.k + keys.row(j0 + k) * keys.stride;
       v16f kw[MOST];
-      for (int64_t c = 0; c < cs; ++c) kw[c] = tiles::widen_bf16(kp + c * 16);
+      widen_head<C>(kp, cs, kw);
       for (int h = 0; h < P; ++h) {
         v16f dot = qv[h][0] * kw[0];
         for (int64_t c = 1; c < cs; ++c) dot = tiles::madd(qv[h][c], kw[c], dot);
@@ -154,21 +210,22 @@ void attend(const float* q, const Keys& keys, int64_t count, int64_t chunks, flo
     ask(keys.v, keys, j + AHEAD, hd);
     const uint16_t* vp = keys.v + keys.row(j) * keys.stride;
     v16f vw[MOST];
-    for (int64_t c = 0; c < cs; ++c) vw[c] = tiles::widen_bf16(vp + c * 16);
+    widen_head<C>(vp, cs, vw);
     for (int h = 0; h < P; ++h) {
       const v16f e = tiles::splat(sc[h * pad + j]);
       for (int64_t c = 0; c < cs; ++c) acc[h][c] = tiles::madd(e, vw[c], acc[h][c]);
     }
   }
-  for (int h = 0; h < P; ++h)
-    for (int64_t c = 0; c < cs; ++c) {
-      const v16f r = acc[h][c] * tiles::splat(inv[h]);
-      std::memcpy(out + h * hd + c * 16, &r, 64);
-    }
+  for (int h = 0; h < P; ++h) {
+    v16f r[MOST];
+    for (int64_t c = 0; c < cs; ++c) r[c] = acc[h][c] * tiles::splat(inv[h]);
+    from_order<C>(r, cs, out + h * hd);
+  }
 }
 
-// How many heads attend takes at once for a head dim: as many as keep its sums in registers.
-inline int64_t pack(int64_t hd) { return hd == 64 ? 4 : (hd == 128 ? 4 : 1); }
+// How many heads attend takes at once for a head dim (four measured faster than two at 128,
+// though their sums then leave the registers).
+inline int64_t pack(int64_t hd) { return hd == 64 || hd == 128 ? 4 : 1; }
 
 template <int C>
 void attend_c(const float* q, const Keys& keys, int64_t count, int64_t chunks, int64_t p,
