@@ -1,10 +1,10 @@
-// One query head's attention over one row's keys, for the native forward (forward.cpp).
+// Attention of one row's query heads over the row's keys, for the native forward (forward.cpp).
 //
 // A row's result must not depend on how many rows share the forward, so every sum here runs in
 // an order fixed by the key's index j in the row's own sequence (0 = the cache's first row):
 // a key's score is its 16 lanes of products summed by hsum's tree; the softmax total keeps 16
-// partial sums by j mod 16; the values are summed in j order. Where the keys live (cache rows, a tree's rows) and how the loops are cut into blocks
-// change nothing.
+// partial sums by j mod 16; the values are summed in j order. Where the keys live (cache rows,
+// a tree's rows), how the loops are cut into blocks and which heads go together change nothing.
 #pragma once
 
 #include "tiles.h"
