@@ -17,26 +17,6 @@ namespace attention {
 using tiles::v16f;
 using tiles::v16i;
 
-// forward.cpp's fexp in each lane: the same adds, multiplies and bits.
-inline v16f exp16(v16f x) {
-  const v16f lo = tiles::splat(-87.0f), hi = tiles::splat(88.0f);
-  x = x < lo ? lo : (x > hi ? hi : x);
-  const v16f t = x * tiles::splat(1.44269504088896341f);
-  const v16f big = tiles::splat(12582912.0f);
-  const v16f n = (t + big) - big;  // round to nearest
-  const v16f r = (x - n * tiles::splat(0.693145751953125f)) -
-                 n * tiles::splat(1.428606765330187045e-06f);
-  v16f p = tiles::splat(1.0f / 720.0f);
-  p = p * r + tiles::splat(1.0f / 120.0f);
-  p = p * r + tiles::splat(1.0f / 24.0f);
-  p = p * r + tiles::splat(1.0f / 6.0f);
-  p = p * r + tiles::splat(0.5f);
-  p = p * r + tiles::splat(1.0f);
-  p = p * r + tiles::splat(1.0f);
-  const v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
-  return p * reinterpret_cast<v16f>(e);
-}
-
 // Lane k: the sum of d[k]'s 16 lanes, by hsum's tree, for every k (four rounds of pairs).
 inline v16f sums16(const v16f* d) {
   v16f a[8], b[4], c[2];
@@ -196,7 +176,7 @@ void attend(const float* q, const Keys& keys, int64_t count, int64_t chunks, flo
     v16f total{};
     for (int64_t j0 = 0; j0 < count; j0 += 16) {
       const int64_t m = count - j0 < 16 ? count - j0 : 16;
-      v16f x = exp16(tiles::load16(e + j0) - top);
+      v16f x = tiles::exp16(tiles::load16(e + j0) - top);
       x = lane < static_cast<int32_t>(m) ? x : v16f{};
       total += x;
       std::memcpy(e + j0, &x, 64);

@@ -36,27 +36,6 @@ inline uint16_t f2bf(float f) {  // round to nearest even, as torch converts
   return static_cast<uint16_t>(u >> 16);
 }
 
-// exp on [-87, 88] from a degree-6 polynomial on [-ln2/2, ln2/2] and a power of two put
-// together from bits: only adds and multiplies, so every lane computes the same as a scalar.
-inline float fexp(float x) {
-  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  const float t = x * 1.44269504088896341f;
-  const float n = (t + 12582912.0f) - 12582912.0f;  // round to nearest
-  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
-  float p = 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t e = static_cast<int32_t>(n) + 127;
-  const uint32_t bits = static_cast<uint32_t>(e) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
-
 inline float lane_sum(const float* acc) {
   float s = 0.0f;
   for (int64_t l = 0; l < LANES; ++l) s += acc[l];
@@ -380,13 +359,18 @@ at::Tensor flat_forward(int64_t handle, const at::Tensor& ids, const at::Tensor&
     rms_norm(m, xp, m.norms[L * 2 + 1].data_ptr<float>(), hp, n);
     at::Tensor gu = linear(lin[2], h);
     const float* gup = gu.data_ptr<float>();
+    // SiLU(gate) * up, 16 at a time (a short last piece padded with zeros).
     const int64_t F = m.ffn;
     for (int64_t i = 0; i < n; ++i) {
       const float* g = gup + i * 2 * F;
       float* dst = actp + i * F;
-      for (int64_t j = 0; j < F; ++j) {
-        const float gv = g[j];
-        dst[j] = gv / (1.0f + fexp(-gv)) * g[F + j];
+      for (int64_t j = 0; j < F; j += 16) {
+        const int64_t w = F - j < 16 ? F - j : 16;
+        tiles::v16f gv{}, uv{};
+        std::memcpy(&gv, g + j, w * sizeof(float));
+        std::memcpy(&uv, g + F + j, w * sizeof(float));
+        const tiles::v16f r = gv / (tiles::splat(1.0f) + tiles::exp16(-gv)) * uv;
+        std::memcpy(dst + j, &r, w * sizeof(float));
       }
     }
     add_rows(xp, linear(lin[3], act), n * H);

@@ -92,6 +92,27 @@ inline float hsum(v16f v) {
   return s[0];
 }
 
+// exp on [-87, 88] in each lane, from a degree-6 polynomial on [-ln2/2, ln2/2] and a power of
+// two put together from bits: only adds and multiplies, so every lane computes alike.
+inline v16f exp16(v16f x) {
+  const v16f lo = splat(-87.0f), hi = splat(88.0f);
+  x = x < lo ? lo : (x > hi ? hi : x);
+  const v16f t = x * splat(1.44269504088896341f);
+  const v16f big = splat(12582912.0f);
+  const v16f n = (t + big) - big;  // round to nearest
+  const v16f r = (x - n * splat(0.693145751953125f)) -
+                 n * splat(1.428606765330187045e-06f);
+  v16f p = splat(1.0f / 720.0f);
+  p = p * r + splat(1.0f / 120.0f);
+  p = p * r + splat(1.0f / 24.0f);
+  p = p * r + splat(1.0f / 6.0f);
+  p = p * r + splat(0.5f);
+  p = p * r + splat(1.0f);
+  p = p * r + splat(1.0f);
+  const v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
+  return p * reinterpret_cast<v16f>(e);
+}
+
 inline v16f load16(const float* p) {
   v16f v;
   std::memcpy(&v, p, 64);
