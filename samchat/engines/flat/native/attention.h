@@ -9,8 +9,11 @@
 
 #include "tiles.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 namespace attention {
 
@@ -132,47 +135,161 @@ inline void from_order(const v16f* in, int64_t cs, float* out) {
   }
 }
 
-// The heads that share one key head, P at a time (P <= 4): for each, out (head dim, in C
-// chunks of 16) = softmax(q . keys * scale) . values over keys 0 .. count - 1. A key and its
-// value are read and widened once for the P heads; each head's sums are its own, so a head's
-// result is the same whichever P it is taken with. q and out hold the P heads one after the
-// other; sc holds P times count rounded up to 16 floats. C = 0: any head dim (`chunks`).
+// One forward's rows as attention sees them.
+struct Rows {
+  const float* q;         // row i's query head h at q + (i * heads + h) * head dim
+  float* out;             // and its output at the same place
+  int64_t heads, group;   // query heads, and how many of them share a key head
+  const int64_t* pos;     // row i attends to its keys 0 .. pos[i]
+  const int64_t* anc;     // a tree's ancestor lists, row i's at anc[off[i]]; null for a sequence
+  const int64_t* off;
+};
+
+// A task's working memory: its heads' queries in attend's order, scores, maxima and sums.
+struct Work {
+  std::vector<v16f> q, acc, best;
+  std::vector<float> sc, inv;
+};
+
+// Scores of keys j0 .. j0 + m - 1 (widened in kw) for P heads: sc[h * pad + j0 + k].
 template <int C, int P>
-void attend(const float* q, const Keys& keys, int64_t count, int64_t chunks, float scale,
-            float* out, float* sc) {
+inline void score_pack(const v16f* qo, const v16f (*kw)[C ? C : 32], int64_t m, int64_t cs,
+                       float scale, float* sc, int64_t pad, v16f* best) {
   constexpr int MOST = C ? C : 32;
-  const int64_t cs = C ? C : chunks, hd = cs * 16, pad = (count + 15) / 16 * 16;
   v16f qv[P][MOST];
-  for (int h = 0; h < P; ++h) to_order<C>(q + h * hd, cs, qv[h]);
-  const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-  v16f best[P];
-  for (int h = 0; h < P; ++h) best[h] = tiles::splat(-INFINITY);
-  for (int64_t j0 = 0; j0 < count; j0 += 16) {
-    const int64_t m = count - j0 < 16 ? count - j0 : 16;
-    v16f d[P][16];
-    for (int64_t k = 0; k < m; ++k) {
-      ask(keys.k, keys, j0 + k + AHEAD, hd);
-      const uint16_t* kp = keys.k + keys.row(j0 + k) * keys.stride;
-      v16f kw[MOST];
-      widen_head<C>(kp, cs, kw);
-      for (int h = 0; h < P; ++h) {
-        v16f dot = qv[h][0] * kw[0];
-        for (int64_t c = 1; c < cs; ++c) dot = tiles::madd(qv[h][c], kw[c], dot);
-        d[h][k] = dot;
-      }
-    }
+  for (int h = 0; h < P; ++h)
+    for (int64_t c = 0; c < cs; ++c) qv[h][c] = qo[h * cs + c];
+  v16f d[P][16];
+  for (int64_t k = 0; k < m; ++k)
     for (int h = 0; h < P; ++h) {
-      for (int64_t k = m; k < 16; ++k) d[h][k] = v16f{};
-      v16f s = sums16(d[h]) * tiles::splat(scale);
-      s = lane < static_cast<int32_t>(m) ? s : tiles::splat(-INFINITY);
-      best[h] = s > best[h] ? s : best[h];
-      std::memcpy(sc + h * pad + j0, &s, 64);
+      v16f dot = qv[h][0] * kw[k][0];
+      for (int64_t c = 1; c < cs; ++c) dot = tiles::madd(qv[h][c], kw[k][c], dot);
+      d[h][k] = dot;
+    }
+  const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  for (int h = 0; h < P; ++h) {
+    for (int64_t k = m; k < 16; ++k) d[h][k] = v16f{};
+    v16f s = sums16(d[h]) * tiles::splat(scale);
+    s = lane < static_cast<int32_t>(m) ? s : tiles::splat(-INFINITY);
+    best[h] = s > best[h] ? s : best[h];
+    std::memcpy(sc + h * pad, &s, 64);
+  }
+}
+
+// The weighted values j0 .. j0 + m - 1 (widened in vw) added to P heads' sums, in j order.
+template <int C, int P>
+inline void value_pack(const float* e, int64_t pad, const v16f (*vw)[C ? C : 32], int64_t m,
+                       int64_t cs, v16f* acc) {
+  constexpr int MOST = C ? C : 32;
+  v16f a[P][MOST];
+  for (int h = 0; h < P; ++h)
+    for (int64_t c = 0; c < cs; ++c) a[h][c] = acc[h * cs + c];
+  for (int64_t k = 0; k < m; ++k)
+    for (int h = 0; h < P; ++h) {
+      const v16f w = tiles::splat(e[h * pad + k]);
+      for (int64_t c = 0; c < cs; ++c) a[h][c] = tiles::madd(w, vw[k][c], a[h][c]);
+    }
+  for (int h = 0; h < P; ++h)
+    for (int64_t c = 0; c < cs; ++c) acc[h * cs + c] = a[h][c];
+}
+
+// Heads a .. b - 1 of a task, four (scores) or as many as fill 16 registers (sums) at a time.
+template <int C>
+inline void score_heads(Work& w, int64_t a, int64_t b, const v16f (*kw)[C ? C : 32], int64_t m,
+                        int64_t j0, int64_t cs, float scale, int64_t pad) {
+  for (int64_t h = a; h < b; h += 4) {
+    const v16f* qo = &w.q[h * cs];
+    float* sc = &w.sc[h * pad + j0];
+    v16f* best = &w.best[h];
+    switch (b - h < 4 ? b - h : 4) {
+      case 4:
+        score_pack<C, 4>(qo, kw, m, cs, scale, sc, pad, best);
+        break;
+      case 3:
+        score_pack<C, 3>(qo, kw, m, cs, scale, sc, pad, best);
+        break;
+      case 2:
+        score_pack<C, 2>(qo, kw, m, cs, scale, sc, pad, best);
+        break;
+      default:
+        score_pack<C, 1>(qo, kw, m, cs, scale, sc, pad, best);
     }
   }
-  float inv[P];
-  for (int h = 0; h < P; ++h) {
-    float* e = sc + h * pad;
-    const v16f top = tiles::splat(hmax(best[h]));
+}
+
+template <int C>
+inline void value_heads(Work& w, int64_t a, int64_t b, const v16f (*vw)[C ? C : 32], int64_t m,
+                        int64_t j0, int64_t cs, int64_t pad) {
+  const int64_t most = cs <= 4 ? 4 : cs <= 8 ? 2 : 1;
+  for (int64_t h = a; h < b; h += most) {
+    const float* e = &w.sc[h * pad + j0];
+    v16f* acc = &w.acc[h * cs];
+    switch (b - h < most ? b - h : most) {
+      case 4:
+        value_pack<C, 4>(e, pad, vw, m, cs, acc);
+        break;
+      case 3:
+        value_pack<C, 3>(e, pad, vw, m, cs, acc);
+        break;
+      case 2:
+        value_pack<C, 2>(e, pad, vw, m, cs, acc);
+        break;
+      default:
+        value_pack<C, 1>(e, pad, vw, m, cs, acc);
+    }
+  }
+}
+
+// Query heads t0 .. t1 - 1 of key head g, where t = i * group + h is row i's head g * group + h:
+// out = softmax(q . keys * scale) . values over each row's keys. Blocks of 16 keys that lie in
+// the cache for every row are read and widened once for all these heads; the rest, row by row.
+// `keys` is the key head's cache (its anc unused). C = 0: any head dim (`chunks`).
+template <int C>
+void attend(const Rows& R, const Keys& keys, int64_t g, int64_t t0, int64_t t1, int64_t chunks,
+            float scale, Work& w) {
+  constexpr int MOST = C ? C : 32;
+  const int64_t cs = C ? C : chunks, hd = cs * 16, nh = t1 - t0, G = R.group;
+  auto at = [&](int64_t t) { return (t / G * R.heads + g * G + t % G) * hd; };
+  int64_t most = 0;
+  for (int64_t t = t0; t < t1; t += 1) most = std::max(most, R.pos[t / G] + 1);
+  const int64_t pad = (most + 15) / 16 * 16, shared = keys.length / 16 * 16;
+  w.q.resize(nh * cs);
+  w.acc.assign(nh * cs, v16f{});
+  w.best.assign(nh, tiles::splat(-INFINITY));
+  w.sc.resize(nh * pad);
+  w.inv.resize(nh);
+  for (int64_t t = t0; t < t1; ++t) to_order<C>(R.q + at(t), cs, &w.q[(t - t0) * cs]);
+  v16f kw[16][MOST];
+  // Runs `use(a, b, m, j0)` for every block of 16 keys, the heads a .. b - 1 that see its first
+  // m keys, with those keys' rows of `base` (keys or values) widened in kw.
+  auto blocks = [&](const uint16_t* base, auto&& use) {
+    for (int64_t j0 = 0; j0 < pad; j0 += 16) {
+      if (j0 < shared) {
+        for (int64_t k = 0; k < 16; ++k) {
+          ask(base, keys, j0 + k + AHEAD, hd);
+          widen_head<C>(base + (j0 + k) * keys.stride, cs, kw[k]);
+        }
+        use(0, nh, 16, j0);
+        continue;
+      }
+      for (int64_t i = t0 / G; i * G < t1; ++i) {
+        const int64_t m = std::min<int64_t>(16, R.pos[i] + 1 - j0);
+        if (m <= 0) continue;
+        const Keys own{keys.k, keys.v, keys.stride, keys.length, R.anc ? R.anc + R.off[i] : nullptr};
+        for (int64_t k = 0; k < m; ++k)
+          widen_head<C>(base + own.row(j0 + k) * keys.stride, cs, kw[k]);
+        use(std::max(t0, i * G) - t0, std::min(t1, (i + 1) * G) - t0, m, j0);
+      }
+    }
+  };
+  blocks(keys.k, [&](int64_t a, int64_t b, int64_t m, int64_t j0) {
+    score_heads<C>(w, a, b, kw, m, j0, cs, scale, pad);
+  });
+  const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  for (int64_t h = 0; h < nh; ++h) {
+    float* e = &w.sc[h * pad];
+    const int64_t count = R.pos[(t0 + h) / G] + 1;
+    const v16f top = tiles::splat(hmax(w.best[h]));
     v16f total{};
     for (int64_t j0 = 0; j0 < count; j0 += 16) {
       const int64_t m = count - j0 < 16 ? count - j0 : 16;
@@ -181,57 +298,28 @@ void attend(const float* q, const Keys& keys, int64_t count, int64_t chunks, flo
       total += x;
       std::memcpy(e + j0, &x, 64);
     }
-    inv[h] = 1.0f / tiles::hsum(total);
+    w.inv[h] = 1.0f / tiles::hsum(total);
   }
-  v16f acc[P][MOST];
-  for (int h = 0; h < P; ++h)
-    for (int64_t c = 0; c < cs; ++c) acc[h][c] = v16f{};
-  for (int64_t j = 0; j < count; ++j) {
-    ask(keys.v, keys, j + AHEAD, hd);
-    const uint16_t* vp = keys.v + keys.row(j) * keys.stride;
-    v16f vw[MOST];
-    widen_head<C>(vp, cs, vw);
-    for (int h = 0; h < P; ++h) {
-      const v16f e = tiles::splat(sc[h * pad + j]);
-      for (int64_t c = 0; c < cs; ++c) acc[h][c] = tiles::madd(e, vw[c], acc[h][c]);
-    }
-  }
-  for (int h = 0; h < P; ++h) {
+  blocks(keys.v, [&](int64_t a, int64_t b, int64_t m, int64_t j0) {
+    value_heads<C>(w, a, b, kw, m, j0, cs, pad);
+  });
+  for (int64_t h = 0; h < nh; ++h) {
     v16f r[MOST];
-    for (int64_t c = 0; c < cs; ++c) r[c] = acc[h][c] * tiles::splat(inv[h]);
-    from_order<C>(r, cs, out + h * hd);
+    for (int64_t c = 0; c < cs; ++c) r[c] = w.acc[h * cs + c] * tiles::splat(w.inv[h]);
+    from_order<C>(r, cs, R.out + at(t0 + h));
   }
 }
 
-// How many heads attend takes at once for a head dim (four measured faster than two at 128,
-// though their sums then leave the registers).
-inline int64_t pack(int64_t hd) { return hd == 64 || hd == 128 ? 4 : 1; }
-
-template <int C>
-void attend_c(const float* q, const Keys& keys, int64_t count, int64_t chunks, int64_t p,
-              float scale, float* out, float* sc) {
-  switch (p) {
-    case 4:
-      return attend<C, 4>(q, keys, count, chunks, scale, out, sc);
-    case 3:
-      return attend<C, 3>(q, keys, count, chunks, scale, out, sc);
-    case 2:
-      return attend<C, 2>(q, keys, count, chunks, scale, out, sc);
-    default:
-      return attend<C, 1>(q, keys, count, chunks, scale, out, sc);
-  }
-}
-
-// p <= pack(hd) heads of one key head: attend, with C a constant for the common head dims.
-inline void attend_any(const float* q, const Keys& keys, int64_t count, int64_t hd, int64_t p,
-                       float scale, float* out, float* sc) {
+// attend, with C a constant for the common head dims.
+inline void attend_any(const Rows& R, const Keys& keys, int64_t g, int64_t t0, int64_t t1,
+                       int64_t hd, float scale, Work& w) {
   switch (hd / 16) {
     case 4:
-      return attend_c<4>(q, keys, count, 4, p, scale, out, sc);
+      return attend<4>(R, keys, g, t0, t1, 4, scale, w);
     case 8:
-      return attend_c<8>(q, keys, count, 8, p, scale, out, sc);
+      return attend<8>(R, keys, g, t0, t1, 8, scale, w);
     default:
-      return attend<0, 1>(q, keys, count, hd / 16, scale, out, sc);
+      return attend<0>(R, keys, g, t0, t1, hd / 16, scale, w);
   }
 }
 

@@ -340,19 +340,19 @@ at::Tensor flat_forward(int64_t handle, const at::Tensor& ids, const at::Tensor&
       uint16_t* vdst = vc + (length + i) * kvh * hd;
       for (int64_t j = 0; j < kvh * hd; ++j) vdst[j] = f2bf(v[j]);
     }
-    // Attention by row and key head, a few of its query heads at a time (attention.h).
-    const int64_t most = attention::pack(hd), packs = (group + most - 1) / most;
-    at::parallel_for(0, n * kvh * packs, 1, [&](int64_t lo, int64_t hi) {
-      std::vector<float> sc;
+    // Attention by key head, over all rows' query heads that share it (attention.h); a key
+    // head's heads are split in parts when there are fewer key heads than threads, or many rows.
+    const attention::Rows rows{qp, ap, heads, group, pos.data(), a, o};
+    const int64_t per = n * group;
+    const int64_t parts = std::min(
+        per, std::max((at::get_num_threads() + kvh - 1) / kvh, (per + 63) / 64));
+    at::parallel_for(0, kvh * parts, 1, [&](int64_t lo, int64_t hi) {
+      attention::Work work;
       for (int64_t task = lo; task < hi; ++task) {
-        const int64_t i = task / (kvh * packs), g = task / packs % kvh;
-        const int64_t first = g * group + task % packs * most;
-        const int64_t p = std::min(most, (g + 1) * group - first), keys = pos[i] + 1;
-        sc.resize(p * ((keys + 15) / 16 * 16));
-        const attention::Keys where{kc + g * hd, vc + g * hd, kvh * hd, length,
-                                    seq ? nullptr : a + o[i]};
-        attention::attend_any(qp + (i * heads + first) * hd, where, keys, hd, p, scale,
-                              ap + (i * heads + first) * hd, sc.data());
+        const int64_t g = task / parts, part = task % parts;
+        const attention::Keys keys{kc + g * hd, vc + g * hd, kvh * hd, length, nullptr};
+        attention::attend_any(rows, keys, g, per * part / parts, per * (part + 1) / parts, hd,
+                              scale, work);
       }
     });
     add_rows(xp, linear(lin[1], att), n * H);
