@@ -543,8 +543,6 @@ inline void all_tiles(const Where& h, int64_t blocks, int64_t K, const float* x,
   });
 }
 
-inline float nearest(float t) { return (t + 12582912.0f) - 12582912.0f; }  // ties to even
-
 // v rounded to float16 (ties to even, subnormals kept), as ggml stores a block's scale.
 inline float half(float v) {
 #if defined(__F16C__)
@@ -566,17 +564,27 @@ enum Acts : int { A80 = 0, A81 = 1, A8K = 2 };
 inline void quantize_rows(const float* x, int64_t n, int64_t K, int act, int8_t* xq,
                           float* dx, float* sx, int32_t* x16) {
   const int64_t G = K / 32, span = act == A8K ? 256 : 32;
+  const v16i magnitude = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff,
+                          0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff,
+                          0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff,
+                          0x7fffffff};
   for (int64_t r = 0; r < n; ++r)
     for (int64_t b = 0; b < K / span; ++b) {
       const float* v = x + r * K + b * span;
-      float amax = 0.0f, max = 0.0f;
-      for (int64_t i = 0; i < span; ++i) {
-        const float a = v[i] < 0 ? -v[i] : v[i];
-        if (a > amax) {
-          amax = a;
-          max = v[i];
-        }
+      v16f most{};
+      for (int64_t i = 0; i < span; i += 16) {
+        const v16f a = reinterpret_cast<v16f>(reinterpret_cast<v16i>(load16(v + i)) & magnitude);
+        most = a > most ? a : most;
       }
+      float amax = 0.0f, max = 0.0f;
+      for (int l = 0; l < 16; ++l) amax = most[l] > amax ? most[l] : amax;
+      // The signed input of largest magnitude: the first that reaches it.
+      if (act == A8K)
+        for (int64_t i = 0; i < span && amax > 0; ++i)
+          if ((v[i] < 0 ? -v[i] : v[i]) == amax) {
+            max = v[i];
+            break;
+          }
       float d, inv;
       if (act == A8K) {
         inv = amax > 0 ? -127.0f / max : 0.0f;
@@ -585,20 +593,26 @@ inline void quantize_rows(const float* x, int64_t n, int64_t K, int act, int8_t*
         d = amax / 127.0f;
         inv = amax > 0 ? 127.0f / amax : 0.0f;
       }
+      // Each input times inv, rounded to the nearest integer (ties to even), at most 127; the
+      // sums of each 16.
       int8_t* o = xq + r * K + b * span;
-      for (int64_t i = 0; i < span; ++i) {
-        const float q = nearest(v[i] * inv);
-        o[i] = static_cast<int8_t>(q > 127.0f ? 127 : static_cast<int32_t>(q));
+      int32_t* sums = x16 + r * (K / 16) + b * span / 16;
+      for (int64_t i = 0; i < span; i += 16) {
+        const v16f big = splat(12582912.0f), top = splat(127.0f);
+        v16f q = (load16(v + i) * splat(inv) + big) - big;
+        q = q > top ? top : q;
+        const v16i qi = __builtin_convertvector(q, v16i);
+        const v16c qb = __builtin_convertvector(qi, v16c);
+        std::memcpy(o + i, &qb, 16);
+        int32_t sum = 0;
+        for (int l = 0; l < 16; ++l) sum += qi[l];
+        sums[i / 16] = sum;
       }
       for (int64_t g = b * span / 32; g < (b + 1) * span / 32; ++g) {
-        int32_t halves[2] = {0, 0};
-        for (int i = 0; i < 32; ++i) halves[i / 16] += xq[r * K + g * 32 + i];
-        const float sum = static_cast<float>(halves[0] + halves[1]);
+        const float sum = static_cast<float>(x16[(r * G + g) * 2] + x16[(r * G + g) * 2 + 1]);
         const float kept = act == A8K ? d : half(d);
         dx[r * G + g] = kept;
         sx[r * G + g] = act == A81 ? half(d * sum) : kept * sum;
-        x16[(r * G + g) * 2] = halves[0];
-        x16[(r * G + g) * 2 + 1] = halves[1];
       }
     }
 }
