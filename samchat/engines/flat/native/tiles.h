@@ -224,7 +224,7 @@ inline void ahead_scales(const uint8_t* p, int64_t stride, int64_t g, int64_t G)
 template <int R, int T, int SM, int ZM>
 inline void tile4(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t qstride,
                   int64_t sstride, int64_t zstride, int64_t K, const int8_t* xq, const float* dx,
-                  const float* sx, int64_t r0, float* y, int64_t O, int64_t b) {
+                  const float* sx, int64_t n, int64_t r0, float* y, int64_t O, int64_t b) {
   const int64_t G = K / 32;
   v16f acc[T][R];
   for (int t = 0; t < T; ++t)
@@ -244,7 +244,7 @@ inline void tile4(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
         std::memcpy(&w, q + t * qstride + (g * 4 + c) * 64, 64);
         const v64u lo = w & 15, hi = w >> 4;
         for (int r = 0; r < R; ++r) {
-          const int8_t* xr = xq + (r0 + r) * K + g * 32 + c * 8;
+          const int8_t* xr = xq + (g * n + r0 + r) * 32 + c * 8;
           sums[t][r] = dot4(sums[t][r], lo, splat4(xr));
           sums[t][r] = dot4(sums[t][r], hi, splat4(xr + 4));
         }
@@ -262,7 +262,7 @@ inline void tile4(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
       else if constexpr (ZM == ZK)
         zg = group_values<SK, 8>(z + t * zstride, g);
       for (int r = 0; r < R; ++r) {
-        const int64_t at = (r0 + r) * G + g;
+        const int64_t at = g * n + r0 + r;
         const v16f f = __builtin_convertvector(sums[t][r], v16f);
         acc[t][r] = madd(f, sg * splat(dx[at]), acc[t][r]);
         if constexpr (ZM != Z0) acc[t][r] = madd(zg, splat(sx[at]), acc[t][r]);
@@ -288,9 +288,9 @@ inline v16i dot8(v16i acc, v64u w, v16i x) {
 template <int R, int T, int SM, int ZM>
 inline void tile8(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t qstride,
                   int64_t sstride, int64_t zstride, int64_t K, const int8_t* xq,
-                  const float* dx, const int32_t* x16, int64_t r0, float* y, int64_t O,
-                  int64_t b) {
-  const int64_t G = K / 16, G32 = K / 32;
+                  const float* dx, const int32_t* x16, int64_t n, int64_t r0, float* y,
+                  int64_t O, int64_t b) {
+  const int64_t G = K / 16;
   v16f acc[T][R];
   for (int t = 0; t < T; ++t)
     for (int r = 0; r < R; ++r) acc[t][r] = v16f{};
@@ -308,7 +308,7 @@ inline void tile8(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
         v64u w;
         std::memcpy(&w, q + t * qstride + (g * 4 + c) * 64, 64);
         for (int r = 0; r < R; ++r)
-          sums[t][r] = dot8(sums[t][r], w, splat4(xq + (r0 + r) * K + g * 16 + c * 4));
+          sums[t][r] = dot8(sums[t][r], w, splat4(xq + (g / 2 * n + r0 + r) * 32 + g % 2 * 16 + c * 4));
       }
     }
     for (int t = 0; t < T; ++t) {
@@ -323,8 +323,8 @@ inline void tile8(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
       else if constexpr (ZM == ZK)
         zg = group_values<SK, 16>(z + t * zstride, g);
       for (int r = 0; r < R; ++r) {
-        const int32_t xs = x16[(r0 + r) * G + g];
-        const float d = dx[(r0 + r) * G32 + g / 2];
+        const int32_t xs = x16[g * n + r0 + r];
+        const float d = dx[g / 2 * n + r0 + r];
         const v16f f = __builtin_convertvector(sums[t][r] - 128 * xs, v16f);
         acc[t][r] = madd(f, sg * splat(d), acc[t][r]);
         if constexpr (ZM != Z0) acc[t][r] = madd(zg, splat(d * static_cast<float>(xs)), acc[t][r]);
@@ -337,10 +337,9 @@ inline void tile8(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
 
 // Chunk c of a 5- or 6-bit tile's group of 32 inputs at base (8 inputs, 16 outputs): its
 // values rebuilt from the low nibbles and B extra bits (layout below), their products with
-// rows r0 .. r0 + R's rounded inputs at xr (the group's first, row r's K apart) summed into sums.
+// rows r0 .. r0 + R's rounded inputs at xr (the group's first, row r's 32 bytes on) summed into sums.
 template <int R, int B>
-inline void plane_chunk(const uint8_t* base, int c, const int8_t* xr, int64_t K,
-                        v16i (&sums)[R]) {
+inline void plane_chunk(const uint8_t* base, int c, const int8_t* xr, v16i (&sums)[R]) {
   constexpr uint8_t MASK = (1 << B) - 1;
   const int p0 = B * (2 * c), p1 = B * (2 * c + 1);  // both in the same vector of extra bits
   v64u n, ext;
@@ -349,8 +348,8 @@ inline void plane_chunk(const uint8_t* base, int c, const int8_t* xr, int64_t K,
   const v64u lo = (n & 15) | (((ext >> (p0 % 8)) & MASK) << 4);
   const v64u hi = (n >> 4) | (((ext >> (p1 % 8)) & MASK) << 4);
   for (int r = 0; r < R; ++r) {
-    sums[r] = dot4(sums[r], lo, splat4(xr + r * K + c * 8));
-    sums[r] = dot4(sums[r], hi, splat4(xr + r * K + c * 8 + 4));
+    sums[r] = dot4(sums[r], lo, splat4(xr + r * 32 + c * 8));
+    sums[r] = dot4(sums[r], hi, splat4(xr + r * 32 + c * 8 + 4));
   }
 }
 
@@ -363,10 +362,10 @@ inline void plane_chunk(const uint8_t* base, int c, const int8_t* xr, int64_t K,
 template <int R, int T, int SM, int ZM, int B>
 inline void tilep(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t qstride,
                   int64_t sstride, int64_t zstride, int64_t K, int32_t bias, const int8_t* xq,
-                  const float* dx, const float* sx, const int32_t* x16, int64_t r0, float* y,
-                  int64_t O, int64_t b) {
+                  const float* dx, const float* sx, const int32_t* x16, int64_t n, int64_t r0,
+                  float* y, int64_t O, int64_t b) {
   constexpr int64_t GB = 256 + 64 * B;  // bytes per group of 32 inputs, per tile
-  const int64_t G = K / 16, G32 = K / 32;
+  const int64_t G32 = K / 32;
   v16f acc[T][R];
   for (int t = 0; t < T; ++t)
     for (int r = 0; r < R; ++r) acc[t][r] = v16f{};
@@ -380,23 +379,27 @@ inline void tilep(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
       ahead_scales(s + t * sstride, sstride, g, G32);
       ahead_scales(z == nullptr ? nullptr : z + t * zstride, zstride, g, G32);
     }
-    const int8_t* xr = xq + r0 * K + g * 32;
+    const int8_t* xr = xq + (g * n + r0) * 32;
     v16i both[2][T][R];
     if constexpr (BOTH) {
       for (int j = 0; j < 2; ++j)
         for (int t = 0; t < T; ++t)
           for (int r = 0; r < R; ++r) both[j][t][r] = v16i{};
       for (int t = 0; t < T; ++t)
+#pragma GCC unroll 4
         for (int c = 0; c < 4; ++c)
-          plane_chunk<R, B>(q + t * qstride + g * GB, c, xr, K, both[c / 2][t]);
+          plane_chunk<R, B>(q + t * qstride + g * GB, c, xr, both[c / 2][t]);
     }
+    // Unrolled, so that each chunk's bit positions are constants.
+#pragma GCC unroll 2
     for (int j = 0; j < 2; ++j) {
       v16i sums[T][R];
       for (int t = 0; t < T; ++t)
         for (int r = 0; r < R; ++r) sums[t][r] = BOTH ? both[j][t][r] : v16i{};
       for (int t = 0; t < T && !BOTH; ++t)
+#pragma GCC unroll 2
         for (int c = 2 * j; c < 2 * j + 2; ++c)
-          plane_chunk<R, B>(q + t * qstride + g * GB, c, xr, K, sums[t]);
+          plane_chunk<R, B>(q + t * qstride + g * GB, c, xr, sums[t]);
       const int64_t g16 = 2 * g + j;
       for (int t = 0; t < T; ++t) {
         const v16f sg = group_values<SM, 16>(s + t * sstride, g16);
@@ -408,12 +411,12 @@ inline void tilep(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
         else if constexpr (ZM == ZK)
           zg = group_values<SK, 16>(z + t * zstride, g16);
         for (int r = 0; r < R; ++r) {
-          const int32_t xs = x16[(r0 + r) * G + g16];
-          const float d = dx[(r0 + r) * G32 + g];
+          const int32_t xs = x16[g16 * n + r0 + r];
+          const float d = dx[g * n + r0 + r];
           const v16f f = __builtin_convertvector(sums[t][r] - bias * xs, v16f);
           acc[t][r] = madd(f, sg * splat(d), acc[t][r]);
           if constexpr (ZM == Z16) {  // Q5_1: one offset per 32, by its rounded d * sum(xq)
-            if (j == 0) acc[t][r] = madd(zg, splat(sx[(r0 + r) * G32 + g]), acc[t][r]);
+            if (j == 0) acc[t][r] = madd(zg, splat(sx[g * n + r0 + r]), acc[t][r]);
           } else if constexpr (ZM != Z0) {
             acc[t][r] = madd(zg, splat(d * static_cast<float>(xs)), acc[t][r]);
           }
@@ -472,8 +475,11 @@ inline void tilef(const void* q, int64_t qstride, int64_t K, const float* x, int
 // How a tile holds its weights.
 enum Held : int { HELD4 = 0, HELD8 = 1, HELDF = 2 };
 
-// A row's inputs rounded to 8 bits per group of 32: xq, the scale dx, d * sum(xq) per 32
-// (sx, for offsets per 32) and the integer sum per 16 (x16, for offsets per 16).
+// n rows' inputs rounded to 8 bits per group of 32: xq, the scale dx, d * sum(xq) per 32
+// (sx, for offsets per 32) and the integer sum per 16 (x16, for offsets per 16). Held group
+// by group, the rows side by side: row r's group g at xq + (g * n + r) * 32, its dx and sx at
+// g * n + r, its halves' sums at x16[(2g + h) * n + r]. So a tile reaches its rows' inputs at
+// fixed offsets from one place, not through a register per row.
 struct Rows8 {
   const int8_t* xq;
   const float *dx, *sx;
@@ -491,21 +497,21 @@ struct Where {
 // Rows r0 .. r0 + R of T tiles starting at tile b, where R = left (at most MOST).
 template <int MOST, int T, int H, int SM, int ZM, int EB>
 inline void rows(int64_t left, const Where& h, int64_t K, const float* x, const Rows8& x8,
-                 int64_t r0, float* y, int64_t O, int64_t b) {
+                 int64_t n, int64_t r0, float* y, int64_t O, int64_t b) {
   if (left == MOST) {
     if constexpr (H == HELD4)
       tile4<MOST, T, SM, ZM>(h.q, h.s, h.z, h.qstride, h.sstride, h.zstride, K, x8.xq, x8.dx,
-                             x8.sx, r0, y, O, b);
+                             x8.sx, n, r0, y, O, b);
     else if constexpr (H == HELD8 && EB > 0)
       tilep<MOST, T, SM, ZM, EB>(h.q, h.s, h.z, h.qstride, h.sstride, h.zstride, K, h.bias,
-                                 x8.xq, x8.dx, x8.sx, x8.x16, r0, y, O, b);
+                                 x8.xq, x8.dx, x8.sx, x8.x16, n, r0, y, O, b);
     else if constexpr (H == HELD8)
       tile8<MOST, T, SM, ZM>(h.q, h.s, h.z, h.qstride, h.sstride, h.zstride, K, x8.xq, x8.dx,
-                             x8.x16, r0, y, O, b);
+                             x8.x16, n, r0, y, O, b);
     else
       tilef<MOST, T, SM>(h.q, h.qstride, K, x, r0, y, O, b);
   } else if constexpr (MOST > 1) {
-    rows<MOST - 1, T, H, SM, ZM, EB>(left, h, K, x, x8, r0, y, O, b);
+    rows<MOST - 1, T, H, SM, ZM, EB>(left, h, K, x, x8, n, r0, y, O, b);
   }
 }
 
@@ -516,7 +522,7 @@ inline void span(const Where& h, int64_t K, const float* x, const Rows8& x8, int
                  int64_t O, int64_t b) {
   for (int64_t r0 = 0; r0 < n; r0 += MOST) {
     const int64_t left = n - r0 < MOST ? n - r0 : MOST;
-    rows<MOST, T, H, SM, ZM, EB>(left, h, K, x, x8, r0, y, O, b);
+    rows<MOST, T, H, SM, ZM, EB>(left, h, K, x, x8, n, r0, y, O, b);
   }
 }
 
@@ -560,10 +566,10 @@ enum Acts : int { A80 = 0, A81 = 1, A8K = 2 };
 // d = amax / 127 kept as float16 (Q8_0, Q8_1; Q8_1 also keeps d * sum(xq) as float16, the
 // sum its offsets are multiplied by), or per 256 by -127 / max, max the input of largest
 // magnitude, with d = 1 / (-127 / max) kept as float32 (Q8_K). dx holds each group of 32's d,
-// sx its d * sum(xq), x16 the sums of its halves.
+// sx its d * sum(xq), x16 the sums of its halves; all laid out as Rows8 says.
 inline void quantize_rows(const float* x, int64_t n, int64_t K, int act, int8_t* xq,
                           float* dx, float* sx, int32_t* x16) {
-  const int64_t G = K / 32, span = act == A8K ? 256 : 32;
+  const int64_t span = act == A8K ? 256 : 32;
   const v16i magnitude = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff,
                           0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff,
                           0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff,
@@ -595,24 +601,23 @@ inline void quantize_rows(const float* x, int64_t n, int64_t K, int act, int8_t*
       }
       // Each input times inv, rounded to the nearest integer (ties to even), at most 127; the
       // sums of each 16.
-      int8_t* o = xq + r * K + b * span;
-      int32_t* sums = x16 + r * (K / 16) + b * span / 16;
       for (int64_t i = 0; i < span; i += 16) {
+        const int64_t at = b * span + i;  // the input's index in the row
         const v16f big = splat(12582912.0f), top = splat(127.0f);
         v16f q = (load16(v + i) * splat(inv) + big) - big;
         q = q > top ? top : q;
         const v16i qi = __builtin_convertvector(q, v16i);
         const v16c qb = __builtin_convertvector(qi, v16c);
-        std::memcpy(o + i, &qb, 16);
+        std::memcpy(xq + (at / 32 * n + r) * 32 + at % 32, &qb, 16);
         int32_t sum = 0;
         for (int l = 0; l < 16; ++l) sum += qi[l];
-        sums[i / 16] = sum;
+        x16[at / 16 * n + r] = sum;
       }
       for (int64_t g = b * span / 32; g < (b + 1) * span / 32; ++g) {
-        const float sum = static_cast<float>(x16[(r * G + g) * 2] + x16[(r * G + g) * 2 + 1]);
+        const float sum = static_cast<float>(x16[2 * g * n + r] + x16[(2 * g + 1) * n + r]);
         const float kept = act == A8K ? d : half(d);
-        dx[r * G + g] = kept;
-        sx[r * G + g] = act == A81 ? half(d * sum) : kept * sum;
+        dx[g * n + r] = kept;
+        sx[g * n + r] = act == A81 ? half(d * sum) : kept * sum;
       }
     }
 }
