@@ -1,4 +1,4 @@
-// Attention of one row's query heads over the row's keys, for the native forward (forward.cpp).
+// Attention of a forward's query heads over their rows' keys, for the native forward (forward.cpp).
 //
 // A row's result must not depend on how many rows share the forward, so every sum here runs in
 // an order fixed by the key's index j in the row's own sequence (0 = the cache's first row):
