@@ -251,7 +251,7 @@ void attend(const Rows& R, const Keys& keys, int64_t g, int64_t t0, int64_t t1, 
   const int64_t cs = C ? C : chunks, hd = cs * 16, nh = t1 - t0, G = R.group;
   auto at = [&](int64_t t) { return (t / G * R.heads + g * G + t % G) * hd; };
   int64_t most = 0;
-  for (int64_t t = t0; t < t1; t += 1) most = std::max(most, R.pos[t / G] + 1);
+  for (int64_t t = t0; t < t1; ++t) most = std::max(most, R.pos[t / G] + 1);
   const int64_t pad = (most + 15) / 16 * 16, shared = keys.length / 16 * 16;
   w.q.resize(nh * cs);
   w.acc.assign(nh * cs, v16f{});
@@ -275,7 +275,8 @@ void attend(const Rows& R, const Keys& keys, int64_t g, int64_t t0, int64_t t1, 
       for (int64_t i = t0 / G; i * G < t1; ++i) {
         const int64_t m = std::min<int64_t>(16, R.pos[i] + 1 - j0);
         if (m <= 0) continue;
-        const Keys own{keys.k, keys.v, keys.stride, keys.length, R.anc ? R.anc + R.off[i] : nullptr};
+        const int64_t* anc = R.anc ? R.anc + R.off[i] : nullptr;
+        const Keys own{keys.k, keys.v, keys.stride, keys.length, anc};
         for (int64_t k = 0; k < m; ++k)
           widen_head<C>(base + own.row(j0 + k) * keys.stride, cs, kw[k]);
         use(std::max(t0, i * G) - t0, std::min(t1, (i + 1) * G) - t0, m, j0);

@@ -303,12 +303,13 @@ inline void tile8(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
       ahead_scales(s + t * sstride, sstride, g, G);
       ahead_scales(z == nullptr ? nullptr : z + t * zstride, zstride, g, G);
     }
+    const int8_t* xg = xq + (g / 2 * n + r0) * 32 + g % 2 * 16;  // row r's 16 at xg + 32r
     for (int64_t c = 0; c < 4; ++c) {
       for (int t = 0; t < T; ++t) {
         v64u w;
         std::memcpy(&w, q + t * qstride + (g * 4 + c) * 64, 64);
         for (int r = 0; r < R; ++r)
-          sums[t][r] = dot8(sums[t][r], w, splat4(xq + (g / 2 * n + r0 + r) * 32 + g % 2 * 16 + c * 4));
+          sums[t][r] = dot8(sums[t][r], w, splat4(xg + r * 32 + c * 4));
       }
     }
     for (int t = 0; t < T; ++t) {
@@ -337,7 +338,8 @@ inline void tile8(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
 
 // Chunk c of a 5- or 6-bit tile's group of 32 inputs at base (8 inputs, 16 outputs): its
 // values rebuilt from the low nibbles and B extra bits (layout below), their products with
-// rows r0 .. r0 + R's rounded inputs at xr (the group's first, row r's 32 bytes on) summed into sums.
+// rows r0 .. r0 + R's rounded inputs at xr (the group's first, row r's 32 bytes on) summed into
+// sums.
 template <int R, int B>
 inline void plane_chunk(const uint8_t* base, int c, const int8_t* xr, v16i (&sums)[R]) {
   constexpr uint8_t MASK = (1 << B) - 1;
