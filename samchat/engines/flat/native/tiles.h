@@ -253,9 +253,7 @@ inline void tile4(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
     for (int t = 0; t < T; ++t) {
       const v16f sg = group_values<SM, 8>(s + t * sstride, g);
       v16f zg{};
-      if constexpr (ZM == ZM8)
-        zg = sg * splat(-8.0f);  // exact: a power of two
-      else if constexpr (ZM == Z32)
+      if constexpr (ZM == Z32)
         zg = group_values<S32, 8>(z + t * zstride, g);
       else if constexpr (ZM == Z16)
         zg = group_values<S16, 8>(z + t * zstride, g);
@@ -263,9 +261,11 @@ inline void tile4(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
         zg = group_values<SK, 8>(z + t * zstride, g);
       for (int r = 0; r < R; ++r) {
         const int64_t at = g * n + r0 + r;
-        const v16f f = __builtin_convertvector(sums[t][r], v16f);
+        v16f f = __builtin_convertvector(sums[t][r], v16f);
+        // Q4_0: the sums of (q - 8) * x whole, as llama.cpp takes them (sx = -8 * sum(xq))
+        if constexpr (ZM == ZM8) f += splat(sx[at]);
         acc[t][r] = madd(f, sg * splat(dx[at]), acc[t][r]);
-        if constexpr (ZM != Z0) acc[t][r] = madd(zg, splat(sx[at]), acc[t][r]);
+        if constexpr (ZM != Z0 && ZM != ZM8) acc[t][r] = madd(zg, splat(sx[at]), acc[t][r]);
       }
     }
   }
@@ -568,7 +568,8 @@ enum Acts : int { A80 = 0, A81 = 1, A8K = 2 };
 // d = amax / 127 kept as float16 (Q8_0, Q8_1; Q8_1 also keeps d * sum(xq) as float16, the
 // sum its offsets are multiplied by), or per 256 by -127 / max, max the input of largest
 // magnitude, with d = 1 / (-127 / max) kept as float32 (Q8_K). dx holds each group of 32's d,
-// sx its d * sum(xq), x16 the sums of its halves; all laid out as Rows8 says.
+// sx its d * sum(xq) (Q8_0: -8 * sum(xq), Q4_0's offset), x16 the sums of its halves; all laid
+// out as Rows8 says.
 inline void quantize_rows(const float* x, int64_t n, int64_t K, int act, int8_t* xq,
                           float* dx, float* sx, int32_t* x16) {
   const int64_t span = act == A8K ? 256 : 32;
@@ -619,7 +620,8 @@ inline void quantize_rows(const float* x, int64_t n, int64_t K, int act, int8_t*
         const float sum = static_cast<float>(x16[2 * g * n + r] + x16[(2 * g + 1) * n + r]);
         const float kept = act == A8K ? d : half(d);
         dx[g * n + r] = kept;
-        sx[g * n + r] = act == A81 ? half(d * sum) : kept * sum;
+        // Q8_0's rows meet only Q4_0's -8 offsets (exact: |sum| <= 32 * 127)
+        sx[g * n + r] = act == A81 ? half(d * sum) : act == A80 ? -8.0f * sum : kept * sum;
       }
     }
 }
