@@ -5,10 +5,10 @@ cache, so that the machine's swings (memory speed, other tenants) fall on every 
 
 Each version is a git revision, or "." for the working tree: its forward.cpp, tiles.h and
 attention.h are compiled as `make setup` compiles them, under an op namespace of their own, and
-loaded side by side. The model is packed and loaded once; every version then times 1- and
-8-row forwards after the same cached tokens, the versions taking turns, 15 forwards per size
-and turn. Prints each version's median and fastest per size. Nothing here changes the kept
-build or the model cache."""
+loaded side by side. The model is packed and loaded once; every version then times forwards of
+each row count in --rows (1 and 8) after the same cached tokens, the versions taking turns, 15
+forwards per size and turn. Prints each version's median and fastest per size. Nothing here
+changes the kept build or the model cache."""
 
 from __future__ import annotations
 
@@ -32,7 +32,6 @@ from samchat.paths import cache_dir, model_cache_dir
 
 NATIVE = Path("samchat/engines/flat/native")
 SOURCES = ("forward.cpp", "tiles.h", "attention.h")
-ROWS = (1, 8)
 
 
 def _sources(version: str) -> dict[str, str]:
@@ -74,7 +73,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("versions", nargs="+", help='git revisions, or "." for the working tree')
     parser.add_argument("--cached", type=int, default=256, help="tokens in the cache")
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--rows", default="1,8", help="comma-separated row counts to time")
     args = parser.parse_args(argv)
+    try:
+        counts = [int(r) for r in args.rows.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        print(f"error: --rows takes positive counts like 1,4,8, not {args.rows!r}", file=sys.stderr)
+        return 2
     if not args.file.is_file():
         print(f"error: no file {args.file}", file=sys.stderr)
         return 2
@@ -111,7 +118,7 @@ def main(argv: list[str]) -> int:
         times: dict[tuple[str, int], list[float]] = {}
         for _ in range(args.rounds):
             for v in args.versions:
-                for n in ROWS:
+                for n in counts:
                     ids = torch.arange(1000, 1000 + n)
                     taken = []
                     for _ in range(15):
@@ -120,7 +127,7 @@ def main(argv: list[str]) -> int:
                         taken.append(time.perf_counter() - t0)
                     times.setdefault((v, n), []).append(1000 * statistics.median(taken))
     print(f"{args.file.name}, {args.cached} cached tokens, {torch.get_num_threads()} threads")
-    for n in ROWS:
+    for n in counts:
         for v in args.versions:
             t = times[(v, n)]
             print(f"  {n} rows, {v}: median {statistics.median(t):.2f} ms, fastest {min(t):.2f}")

@@ -220,57 +220,78 @@ inline void ahead_scales(const uint8_t* p, int64_t stride, int64_t g, int64_t G)
     _mm_prefetch(reinterpret_cast<const char*>(p + g * stride / G + AHEAD / 4), _MM_HINT_T1);
 }
 
+// The K-quants' rows are rounded with one d per 256 inputs (Q8_K), so a tile's sums of a
+// block of 256, scaled and offset, are multiplied by it once, and added to the outputs in y:
+// their accumulators then serve the next block (no more registers than the other tiles).
+inline void by_d(v16f block, float d, bool first, float* y) {
+  const v16f out = madd(block, splat(d), first ? v16f{} : load16(y));
+  std::memcpy(y, &out, 64);
+}
+
 // Rows r0 .. r0 + R of T neighbouring 4-bit tiles, scales held as SM, offsets as ZM.
 template <int R, int T, int SM, int ZM>
 inline void tile4(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t qstride,
                   int64_t sstride, int64_t zstride, int64_t K, const int8_t* xq, const float* dx,
                   const float* sx, int64_t n, int64_t r0, float* y, int64_t O, int64_t b) {
-  const int64_t G = K / 32;
+  const int64_t G = K / 32, per = SM == SK ? 8 : G;  // groups per block (by_d)
   v16f acc[T][R];
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) acc[t][r] = v16f{};
-  for (int64_t g = 0; g < G; ++g) {
-    v16i sums[T][R];
+  for (int64_t g0 = 0; g0 < G; g0 += per) {
     for (int t = 0; t < T; ++t)
-      for (int r = 0; r < R; ++r) sums[t][r] = v16i{};
-    for (int t = 0; t < T && R > 1; ++t) {
-      ahead(q + t * qstride + g * 256, 256);
-      ahead_scales(s + t * sstride, sstride, g, G);
-      ahead_scales(z == nullptr ? nullptr : z + t * zstride, zstride, g, G);
-    }
-    for (int64_t c = 0; c < 4; ++c) {
+      for (int r = 0; r < R; ++r) acc[t][r] = v16f{};
+    for (int64_t g = g0; g < g0 + per; ++g) {
+      v16i sums[T][R];
+      for (int t = 0; t < T; ++t)
+        for (int r = 0; r < R; ++r) sums[t][r] = v16i{};
+      for (int t = 0; t < T && R > 1; ++t) {
+        ahead(q + t * qstride + g * 256, 256);
+        ahead_scales(s + t * sstride, sstride, g, G);
+        ahead_scales(z == nullptr ? nullptr : z + t * zstride, zstride, g, G);
+      }
+      for (int64_t c = 0; c < 4; ++c) {
+        for (int t = 0; t < T; ++t) {
+          v64u w;
+          std::memcpy(&w, q + t * qstride + (g * 4 + c) * 64, 64);
+          const v64u lo = w & 15, hi = w >> 4;
+          for (int r = 0; r < R; ++r) {
+            const int8_t* xr = xq + (g * n + r0 + r) * 32 + c * 8;
+            sums[t][r] = dot4(sums[t][r], lo, splat4(xr));
+            sums[t][r] = dot4(sums[t][r], hi, splat4(xr + 4));
+          }
+        }
+      }
       for (int t = 0; t < T; ++t) {
-        v64u w;
-        std::memcpy(&w, q + t * qstride + (g * 4 + c) * 64, 64);
-        const v64u lo = w & 15, hi = w >> 4;
+        const v16f sg = group_values<SM, 8>(s + t * sstride, g);
+        v16f zg{};
+        if constexpr (ZM == Z32)
+          zg = group_values<S32, 8>(z + t * zstride, g);
+        else if constexpr (ZM == Z16)
+          zg = group_values<S16, 8>(z + t * zstride, g);
+        else if constexpr (ZM == ZK)
+          zg = group_values<SK, 8>(z + t * zstride, g);
         for (int r = 0; r < R; ++r) {
-          const int8_t* xr = xq + (g * n + r0 + r) * 32 + c * 8;
-          sums[t][r] = dot4(sums[t][r], lo, splat4(xr));
-          sums[t][r] = dot4(sums[t][r], hi, splat4(xr + 4));
+          const int64_t at = g * n + r0 + r;
+          v16f f = __builtin_convertvector(sums[t][r], v16f);
+          // Q4_0: the sums of (q - 8) * x whole, as llama.cpp takes them (sx = -8 * sum(xq))
+          if constexpr (ZM == ZM8) f += splat(sx[at]);
+          if constexpr (SM == SK) {
+            acc[t][r] = madd(f, sg, acc[t][r]);
+            if constexpr (ZM != Z0) acc[t][r] = madd(zg, splat(sx[at]), acc[t][r]);
+          } else {
+            acc[t][r] = madd(f, sg * splat(dx[at]), acc[t][r]);
+            if constexpr (ZM != Z0 && ZM != ZM8) acc[t][r] = madd(zg, splat(sx[at]), acc[t][r]);
+          }
         }
       }
     }
-    for (int t = 0; t < T; ++t) {
-      const v16f sg = group_values<SM, 8>(s + t * sstride, g);
-      v16f zg{};
-      if constexpr (ZM == Z32)
-        zg = group_values<S32, 8>(z + t * zstride, g);
-      else if constexpr (ZM == Z16)
-        zg = group_values<S16, 8>(z + t * zstride, g);
-      else if constexpr (ZM == ZK)
-        zg = group_values<SK, 8>(z + t * zstride, g);
-      for (int r = 0; r < R; ++r) {
-        const int64_t at = g * n + r0 + r;
-        v16f f = __builtin_convertvector(sums[t][r], v16f);
-        // Q4_0: the sums of (q - 8) * x whole, as llama.cpp takes them (sx = -8 * sum(xq))
-        if constexpr (ZM == ZM8) f += splat(sx[at]);
-        acc[t][r] = madd(f, sg * splat(dx[at]), acc[t][r]);
-        if constexpr (ZM != Z0 && ZM != ZM8) acc[t][r] = madd(zg, splat(sx[at]), acc[t][r]);
-      }
+    if constexpr (SM == SK) {
+      for (int t = 0; t < T; ++t)
+        for (int r = 0; r < R; ++r)
+          by_d(acc[t][r], dx[g0 * n + r0 + r], g0 == 0, y + (r0 + r) * O + (b + t) * 16);
     }
   }
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) std::memcpy(y + (r0 + r) * O + (b + t) * 16, &acc[t][r], 64);
+  if constexpr (SM != SK)
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) std::memcpy(y + (r0 + r) * O + (b + t) * 16, &acc[t][r], 64);
 }
 
 // acc + the sums of four products of unsigned bytes w (any value) and signed bytes x. Without
@@ -288,52 +309,66 @@ inline v16i dot8(v16i acc, v64u w, v16i x) {
 template <int R, int T, int SM, int ZM>
 inline void tile8(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t qstride,
                   int64_t sstride, int64_t zstride, int64_t K, const int8_t* xq,
-                  const float* dx, const int32_t* x16, int64_t n, int64_t r0, float* y,
-                  int64_t O, int64_t b) {
-  const int64_t G = K / 16;
+                  const float* dx, const int32_t* x16, const int32_t* xb, int64_t n,
+                  int64_t r0, float* y, int64_t O, int64_t b) {
+  const int64_t G = K / 16, per = SM == SK ? 16 : G;  // groups per block (by_d)
   v16f acc[T][R];
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) acc[t][r] = v16f{};
-  for (int64_t g = 0; g < G; ++g) {
-    v16i sums[T][R];
+  for (int64_t g0 = 0; g0 < G; g0 += per) {
     for (int t = 0; t < T; ++t)
-      for (int r = 0; r < R; ++r) sums[t][r] = v16i{};
-    for (int t = 0; t < T && R > 1; ++t) {
-      ahead(q + t * qstride + g * 256, 256);
-      ahead_scales(s + t * sstride, sstride, g, G);
-      ahead_scales(z == nullptr ? nullptr : z + t * zstride, zstride, g, G);
-    }
-    const int8_t* xg = xq + (g / 2 * n + r0) * 32 + g % 2 * 16;  // row r's 16 at xg + 32r
-    for (int64_t c = 0; c < 4; ++c) {
+      for (int r = 0; r < R; ++r) acc[t][r] = v16f{};
+    for (int64_t g = g0; g < g0 + per; ++g) {
+      v16i sums[T][R];
+      for (int t = 0; t < T; ++t)
+        for (int r = 0; r < R; ++r) sums[t][r] = v16i{};
+      for (int t = 0; t < T && R > 1; ++t) {
+        ahead(q + t * qstride + g * 256, 256);
+        ahead_scales(s + t * sstride, sstride, g, G);
+        ahead_scales(z == nullptr ? nullptr : z + t * zstride, zstride, g, G);
+      }
+      const int8_t* xg = xq + (g / 2 * n + r0) * 32 + g % 2 * 16;  // row r's 16 at xg + 32r
+      for (int64_t c = 0; c < 4; ++c) {
+        for (int t = 0; t < T; ++t) {
+          v64u w;
+          std::memcpy(&w, q + t * qstride + (g * 4 + c) * 64, 64);
+          for (int r = 0; r < R; ++r)
+            sums[t][r] = dot8(sums[t][r], w, splat4(xg + r * 32 + c * 4));
+        }
+      }
       for (int t = 0; t < T; ++t) {
-        v64u w;
-        std::memcpy(&w, q + t * qstride + (g * 4 + c) * 64, 64);
-        for (int r = 0; r < R; ++r)
-          sums[t][r] = dot8(sums[t][r], w, splat4(xg + r * 32 + c * 4));
+        const v16f sg = group_values<SM, 16>(s + t * sstride, g);
+        v16f zg{};
+        if constexpr (ZM == ZM8)
+          zg = sg * splat(-8.0f);
+        else if constexpr (ZM == Z32)
+          zg = group_values<S32, 16>(z + t * zstride, g);
+        else if constexpr (ZM == Z16)
+          zg = group_values<S16, 16>(z + t * zstride, g);
+        else if constexpr (ZM == ZK)
+          zg = group_values<SK, 16>(z + t * zstride, g);
+        for (int r = 0; r < R; ++r) {
+          [[maybe_unused]] const int32_t xs = x16[g * n + r0 + r];
+          const float d = dx[g / 2 * n + r0 + r];
+          const v16f f = __builtin_convertvector(sums[t][r] - xb[g * n + r0 + r], v16f);
+          if constexpr (SM == SK) {
+            acc[t][r] = madd(f, sg, acc[t][r]);
+            if constexpr (ZM != Z0) acc[t][r] = madd(zg, splat(static_cast<float>(xs)), acc[t][r]);
+          } else {
+            acc[t][r] = madd(f, sg * splat(d), acc[t][r]);
+            if constexpr (ZM != Z0)
+              acc[t][r] = madd(zg, splat(d * static_cast<float>(xs)), acc[t][r]);
+          }
+        }
       }
     }
-    for (int t = 0; t < T; ++t) {
-      const v16f sg = group_values<SM, 16>(s + t * sstride, g);
-      v16f zg{};
-      if constexpr (ZM == ZM8)
-        zg = sg * splat(-8.0f);
-      else if constexpr (ZM == Z32)
-        zg = group_values<S32, 16>(z + t * zstride, g);
-      else if constexpr (ZM == Z16)
-        zg = group_values<S16, 16>(z + t * zstride, g);
-      else if constexpr (ZM == ZK)
-        zg = group_values<SK, 16>(z + t * zstride, g);
-      for (int r = 0; r < R; ++r) {
-        const int32_t xs = x16[g * n + r0 + r];
-        const float d = dx[g / 2 * n + r0 + r];
-        const v16f f = __builtin_convertvector(sums[t][r] - 128 * xs, v16f);
-        acc[t][r] = madd(f, sg * splat(d), acc[t][r]);
-        if constexpr (ZM != Z0) acc[t][r] = madd(zg, splat(d * static_cast<float>(xs)), acc[t][r]);
-      }
+    if constexpr (SM == SK) {
+      for (int t = 0; t < T; ++t)
+        for (int r = 0; r < R; ++r)
+          by_d(acc[t][r], dx[g0 / 2 * n + r0 + r], g0 == 0, y + (r0 + r) * O + (b + t) * 16);
     }
   }
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) std::memcpy(y + (r0 + r) * O + (b + t) * 16, &acc[t][r], 64);
+  if constexpr (SM != SK)
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) std::memcpy(y + (r0 + r) * O + (b + t) * 16, &acc[t][r], 64);
 }
 
 // Chunk c of a 5- or 6-bit tile's group of 32 inputs at base (8 inputs, 16 outputs): its
@@ -363,71 +398,85 @@ inline void plane_chunk(const uint8_t* base, int c, const int8_t* xr, v16i (&sum
 // sums, and so the results, equal the 8-bit tiles' of the same numbers.
 template <int R, int T, int SM, int ZM, int B>
 inline void tilep(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t qstride,
-                  int64_t sstride, int64_t zstride, int64_t K, int32_t bias, const int8_t* xq,
-                  const float* dx, const float* sx, const int32_t* x16, int64_t n, int64_t r0,
-                  float* y, int64_t O, int64_t b) {
+                  int64_t sstride, int64_t zstride, int64_t K, const int8_t* xq,
+                  const float* dx, const float* sx, const int32_t* x16, const int32_t* xb,
+                  int64_t n, int64_t r0, float* y, int64_t O, int64_t b) {
   constexpr int64_t GB = 256 + 64 * B;  // bytes per group of 32 inputs, per tile
-  const int64_t G32 = K / 32;
+  const int64_t G32 = K / 32, per = SM == SK ? 8 : G32;  // groups per block (by_d)
   v16f acc[T][R];
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) acc[t][r] = v16f{};
   // Few rows (R <= 4): both halves of a group are summed in one pass over each tile's
   // bytes. More: each half is summed and scaled before the next, so that the sums stay in
   // registers. The same integers and the same float steps either way.
   constexpr bool BOTH = R <= 4;
-  for (int64_t g = 0; g < G32; ++g) {
-    for (int t = 0; t < T && R > 1; ++t) {
-      ahead(q + t * qstride + g * GB, GB);
-      ahead_scales(s + t * sstride, sstride, g, G32);
-      ahead_scales(z == nullptr ? nullptr : z + t * zstride, zstride, g, G32);
-    }
-    const int8_t* xr = xq + (g * n + r0) * 32;
-    v16i both[2][T][R];
-    if constexpr (BOTH) {
-      for (int j = 0; j < 2; ++j)
+  for (int64_t g0 = 0; g0 < G32; g0 += per) {
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) acc[t][r] = v16f{};
+    for (int64_t g = g0; g < g0 + per; ++g) {
+      for (int t = 0; t < T && R > 1; ++t) {
+        ahead(q + t * qstride + g * GB, GB);
+        ahead_scales(s + t * sstride, sstride, g, G32);
+        ahead_scales(z == nullptr ? nullptr : z + t * zstride, zstride, g, G32);
+      }
+      const int8_t* xr = xq + (g * n + r0) * 32;
+      v16i both[2][T][R];
+      if constexpr (BOTH) {
+        for (int j = 0; j < 2; ++j)
+          for (int t = 0; t < T; ++t)
+            for (int r = 0; r < R; ++r) both[j][t][r] = v16i{};
         for (int t = 0; t < T; ++t)
-          for (int r = 0; r < R; ++r) both[j][t][r] = v16i{};
-      for (int t = 0; t < T; ++t)
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; ++c)
-          plane_chunk<R, B>(q + t * qstride + g * GB, c, xr, both[c / 2][t]);
-    }
-    // Unrolled, so that each chunk's bit positions are constants.
-#pragma GCC unroll 2
-    for (int j = 0; j < 2; ++j) {
-      v16i sums[T][R];
-      for (int t = 0; t < T; ++t)
-        for (int r = 0; r < R; ++r) sums[t][r] = BOTH ? both[j][t][r] : v16i{};
-      for (int t = 0; t < T && !BOTH; ++t)
-#pragma GCC unroll 2
-        for (int c = 2 * j; c < 2 * j + 2; ++c)
-          plane_chunk<R, B>(q + t * qstride + g * GB, c, xr, sums[t]);
-      const int64_t g16 = 2 * g + j;
-      for (int t = 0; t < T; ++t) {
-        const v16f sg = group_values<SM, 16>(s + t * sstride, g16);
-        v16f zg{};
-        if constexpr (ZM == Z32)
-          zg = group_values<S32, 16>(z + t * zstride, g16);
-        else if constexpr (ZM == Z16)
-          zg = group_values<S16, 16>(z + t * zstride, g16);
-        else if constexpr (ZM == ZK)
-          zg = group_values<SK, 16>(z + t * zstride, g16);
-        for (int r = 0; r < R; ++r) {
-          const int32_t xs = x16[g16 * n + r0 + r];
-          const float d = dx[g * n + r0 + r];
-          const v16f f = __builtin_convertvector(sums[t][r] - bias * xs, v16f);
-          acc[t][r] = madd(f, sg * splat(d), acc[t][r]);
-          if constexpr (ZM == Z16) {  // Q5_1: one offset per 32, by its rounded d * sum(xq)
-            if (j == 0) acc[t][r] = madd(zg, splat(sx[g * n + r0 + r]), acc[t][r]);
-          } else if constexpr (ZM != Z0) {
-            acc[t][r] = madd(zg, splat(d * static_cast<float>(xs)), acc[t][r]);
+  #pragma GCC unroll 4
+          for (int c = 0; c < 4; ++c)
+            plane_chunk<R, B>(q + t * qstride + g * GB, c, xr, both[c / 2][t]);
+      }
+      // Unrolled, so that each chunk's bit positions are constants.
+  #pragma GCC unroll 2
+      for (int j = 0; j < 2; ++j) {
+        v16i sums[T][R];
+        for (int t = 0; t < T; ++t)
+          for (int r = 0; r < R; ++r) sums[t][r] = BOTH ? both[j][t][r] : v16i{};
+        for (int t = 0; t < T && !BOTH; ++t)
+  #pragma GCC unroll 2
+          for (int c = 2 * j; c < 2 * j + 2; ++c)
+            plane_chunk<R, B>(q + t * qstride + g * GB, c, xr, sums[t]);
+        const int64_t g16 = 2 * g + j;
+        for (int t = 0; t < T; ++t) {
+          const v16f sg = group_values<SM, 16>(s + t * sstride, g16);
+          v16f zg{};
+          if constexpr (ZM == Z32)
+            zg = group_values<S32, 16>(z + t * zstride, g16);
+          else if constexpr (ZM == Z16)
+            zg = group_values<S16, 16>(z + t * zstride, g16);
+          else if constexpr (ZM == ZK)
+            zg = group_values<SK, 16>(z + t * zstride, g16);
+          for (int r = 0; r < R; ++r) {
+            [[maybe_unused]] const int32_t xs = x16[g16 * n + r0 + r];
+            const float d = dx[g * n + r0 + r];
+            const v16f f = __builtin_convertvector(sums[t][r] - xb[g16 * n + r0 + r], v16f);
+            if constexpr (SM == SK) {
+              acc[t][r] = madd(f, sg, acc[t][r]);
+              if constexpr (ZM != Z0)
+                acc[t][r] = madd(zg, splat(static_cast<float>(xs)), acc[t][r]);
+            } else {
+              acc[t][r] = madd(f, sg * splat(d), acc[t][r]);
+              if constexpr (ZM == Z16) {  // Q5_1: one offset per 32, by its rounded d * sum(xq)
+                if (j == 0) acc[t][r] = madd(zg, splat(sx[g * n + r0 + r]), acc[t][r]);
+              } else if constexpr (ZM != Z0) {
+                acc[t][r] = madd(zg, splat(d * static_cast<float>(xs)), acc[t][r]);
+              }
+            }
           }
         }
       }
     }
+    if constexpr (SM == SK) {
+      for (int t = 0; t < T; ++t)
+        for (int r = 0; r < R; ++r)
+          by_d(acc[t][r], dx[g0 * n + r0 + r], g0 == 0, y + (r0 + r) * O + (b + t) * 16);
+    }
   }
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) std::memcpy(y + (r0 + r) * O + (b + t) * 16, &acc[t][r], 64);
+  if constexpr (SM != SK)
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) std::memcpy(y + (r0 + r) * O + (b + t) * 16, &acc[t][r], 64);
 }
 
 // 16 float16 values as float32 (exact).
@@ -485,7 +534,7 @@ enum Held : int { HELD4 = 0, HELD8 = 1, HELDF = 2 };
 struct Rows8 {
   const int8_t* xq;
   const float *dx, *sx;
-  const int32_t* x16;
+  const int32_t *x16, *xb;  // xb: x16 times the 8-bit tiles' bias (128, or the 5/6-bit one)
 };
 
 // Where a linear's tiles are: q, the scales s and offsets z (bytes), and the strides between
@@ -505,11 +554,11 @@ inline void rows(int64_t left, const Where& h, int64_t K, const float* x, const 
       tile4<MOST, T, SM, ZM>(h.q, h.s, h.z, h.qstride, h.sstride, h.zstride, K, x8.xq, x8.dx,
                              x8.sx, n, r0, y, O, b);
     else if constexpr (H == HELD8 && EB > 0)
-      tilep<MOST, T, SM, ZM, EB>(h.q, h.s, h.z, h.qstride, h.sstride, h.zstride, K, h.bias,
-                                 x8.xq, x8.dx, x8.sx, x8.x16, n, r0, y, O, b);
+      tilep<MOST, T, SM, ZM, EB>(h.q, h.s, h.z, h.qstride, h.sstride, h.zstride, K, x8.xq,
+                                  x8.dx, x8.sx, x8.x16, x8.xb, n, r0, y, O, b);
     else if constexpr (H == HELD8)
       tile8<MOST, T, SM, ZM>(h.q, h.s, h.z, h.qstride, h.sstride, h.zstride, K, x8.xq, x8.dx,
-                             x8.x16, n, r0, y, O, b);
+                             x8.x16, x8.xb, n, r0, y, O, b);
     else
       tilef<MOST, T, SM>(h.q, h.qstride, K, x, r0, y, O, b);
   } else if constexpr (MOST > 1) {
@@ -568,8 +617,8 @@ enum Acts : int { A80 = 0, A81 = 1, A8K = 2 };
 // d = amax / 127 kept as float16 (Q8_0, Q8_1; Q8_1 also keeps d * sum(xq) as float16, the
 // sum its offsets are multiplied by), or per 256 by -127 / max, max the input of largest
 // magnitude, with d = 1 / (-127 / max) kept as float32 (Q8_K). dx holds each group of 32's d,
-// sx its d * sum(xq) (Q8_0: -8 * sum(xq), Q4_0's offset), x16 the sums of its halves; all laid
-// out as Rows8 says.
+// sx what offsets are multiplied by (Q8_1: d * sum(xq); Q8_0: -8 * sum(xq), for Q4_0; Q8_K:
+// sum(xq), scaled by d once per 256), x16 the sums of its halves; all laid out as Rows8 says.
 inline void quantize_rows(const float* x, int64_t n, int64_t K, int act, int8_t* xq,
                           float* dx, float* sx, int32_t* x16) {
   const int64_t span = act == A8K ? 256 : 32;
@@ -620,8 +669,8 @@ inline void quantize_rows(const float* x, int64_t n, int64_t K, int act, int8_t*
         const float sum = static_cast<float>(x16[2 * g * n + r] + x16[(2 * g + 1) * n + r]);
         const float kept = act == A8K ? d : half(d);
         dx[g * n + r] = kept;
-        // Q8_0's rows meet only Q4_0's -8 offsets (exact: |sum| <= 32 * 127)
-        sx[g * n + r] = act == A81 ? half(d * sum) : act == A80 ? -8.0f * sum : kept * sum;
+        // exact: |sum| <= 32 * 127
+        sx[g * n + r] = act == A81 ? half(d * sum) : act == A80 ? -8.0f * sum : sum;
       }
     }
 }
@@ -671,7 +720,7 @@ inline at::Tensor linear(Held held, const at::Tensor& x, const at::Tensor& q, co
   Where h{reinterpret_cast<const uint8_t*>(q.data_ptr()), nullptr, nullptr,
          held == HELD4 ? K / 2 * 16 : (eb > 0 ? K / 32 * (256 + 64 * eb) : K * 16), 0, 0, bias};
   at::Tensor xq, dx, sx, x16;
-  Rows8 x8{nullptr, nullptr, nullptr, nullptr};
+  Rows8 x8{nullptr, nullptr, nullptr, nullptr, nullptr};
   if (held != HELDF) {
     h.s = reinterpret_cast<const uint8_t*>(s.data_ptr());
     h.sstride = scale_bytes(sm, K, group);
@@ -682,12 +731,19 @@ inline at::Tensor linear(Held held, const at::Tensor& x, const at::Tensor& q, co
     xq = at::empty({n, K}, at::kChar);
     dx = at::empty({n, K / 32}, at::kFloat);
     sx = at::empty({n, K / 32}, at::kFloat);
-    x16 = at::empty({n, K / 16}, at::kInt);
+    x16 = at::empty({held == HELD8 ? 2 : 1, n, K / 16}, at::kInt);  // with xb after
     const int act = k256 ? A8K : (zm == Z16 || zm == Z32 ? A81 : A80);
     quantize_rows(xp, n, K, act, xq.data_ptr<int8_t>(), dx.data_ptr<float>(),
                   sx.data_ptr<float>(), x16.data_ptr<int32_t>());
     x8 = Rows8{xq.data_ptr<int8_t>(), dx.data_ptr<float>(), sx.data_ptr<float>(),
-               x16.data_ptr<int32_t>()};
+               x16.data_ptr<int32_t>(), nullptr};
+    if (held == HELD8) {  // what the 8-bit tiles' unsigned values add to each sum of 16
+      const int32_t* from = x16.data_ptr<int32_t>();
+      int32_t* to = x16.data_ptr<int32_t>() + n * (K / 16);
+      const int32_t by = eb > 0 ? bias : 128;
+      for (int64_t i = 0; i < n * (K / 16); ++i) to[i] = by * from[i];
+      x8.xb = to;
+    }
   }
   // The forms quant.py writes; any other pair is refused above or here.
 #define SAMCHAT_HELD(H, SM, ZM, EB)                                          \
