@@ -163,6 +163,20 @@ inline v16f group_values(const uint8_t* p, int64_t g) {
   }
 }
 
+// Group g's 16 offsets held as ZM, tile t's at z + t * zstride (zero for tiles without any, and
+// for Q4_0's -8, which the sums take).
+template <int ZM, int GPB>
+inline v16f group_offsets(const uint8_t* z, int64_t zstride, int t, int64_t g) {
+  if constexpr (ZM == Z32)
+    return group_values<S32, GPB>(z + t * zstride, g);
+  else if constexpr (ZM == Z16)
+    return group_values<S16, GPB>(z + t * zstride, g);
+  else if constexpr (ZM == ZK)
+    return group_values<SK, GPB>(z + t * zstride, g);
+  else
+    return v16f{};
+}
+
 // Bytes of a tile's scales held as M, for K inputs in groups of `group`.
 inline int64_t scale_bytes(int m, int64_t K, int64_t group) {
   if (m == SK) return K / 256 * (64 + 16 * (256 / group));
@@ -223,9 +237,14 @@ inline void ahead_scales(const uint8_t* p, int64_t stride, int64_t g, int64_t G)
 // The K-quants' rows are rounded with one d per 256 inputs (Q8_K), so a tile's sums of a
 // block of 256, scaled and offset, are multiplied by it once, and added to the outputs in y:
 // their accumulators then serve the next block (no more registers than the other tiles).
-inline void by_d(v16f block, float d, bool first, float* y) {
-  const v16f out = madd(block, splat(d), first ? v16f{} : load16(y));
-  std::memcpy(y, &out, 64);
+template <int T, int R>
+inline void by_d(const v16f (&block)[T][R], const float* d, bool first, float* y, int64_t O) {
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) {
+      float* out = y + r * O + t * 16;
+      const v16f sum = madd(block[t][r], splat(d[r]), first ? v16f{} : load16(out));
+      std::memcpy(out, &sum, 64);
+    }
 }
 
 // Rows r0 .. r0 + R of T neighbouring 4-bit tiles, scales held as SM, offsets as ZM.
@@ -261,13 +280,7 @@ inline void tile4(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
       }
       for (int t = 0; t < T; ++t) {
         const v16f sg = group_values<SM, 8>(s + t * sstride, g);
-        v16f zg{};
-        if constexpr (ZM == Z32)
-          zg = group_values<S32, 8>(z + t * zstride, g);
-        else if constexpr (ZM == Z16)
-          zg = group_values<S16, 8>(z + t * zstride, g);
-        else if constexpr (ZM == ZK)
-          zg = group_values<SK, 8>(z + t * zstride, g);
+        const v16f zg = group_offsets<ZM, 8>(z, zstride, t, g);
         for (int r = 0; r < R; ++r) {
           const int64_t at = g * n + r0 + r;
           v16f f = __builtin_convertvector(sums[t][r], v16f);
@@ -283,11 +296,7 @@ inline void tile4(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
         }
       }
     }
-    if constexpr (SM == SK) {
-      for (int t = 0; t < T; ++t)
-        for (int r = 0; r < R; ++r)
-          by_d(acc[t][r], dx[g0 * n + r0 + r], g0 == 0, y + (r0 + r) * O + (b + t) * 16);
-    }
+    if constexpr (SM == SK) by_d(acc, dx + g0 * n + r0, g0 == 0, y + r0 * O + b * 16, O);
   }
   if constexpr (SM != SK)
     for (int t = 0; t < T; ++t)
@@ -336,15 +345,7 @@ inline void tile8(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
       }
       for (int t = 0; t < T; ++t) {
         const v16f sg = group_values<SM, 16>(s + t * sstride, g);
-        v16f zg{};
-        if constexpr (ZM == ZM8)
-          zg = sg * splat(-8.0f);
-        else if constexpr (ZM == Z32)
-          zg = group_values<S32, 16>(z + t * zstride, g);
-        else if constexpr (ZM == Z16)
-          zg = group_values<S16, 16>(z + t * zstride, g);
-        else if constexpr (ZM == ZK)
-          zg = group_values<SK, 16>(z + t * zstride, g);
+        const v16f zg = group_offsets<ZM, 16>(z, zstride, t, g);
         for (int r = 0; r < R; ++r) {
           [[maybe_unused]] const int32_t xs = x16[g * n + r0 + r];
           const float d = dx[g / 2 * n + r0 + r];
@@ -360,11 +361,7 @@ inline void tile8(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
         }
       }
     }
-    if constexpr (SM == SK) {
-      for (int t = 0; t < T; ++t)
-        for (int r = 0; r < R; ++r)
-          by_d(acc[t][r], dx[g0 / 2 * n + r0 + r], g0 == 0, y + (r0 + r) * O + (b + t) * 16);
-    }
+    if constexpr (SM == SK) by_d(acc, dx + g0 / 2 * n + r0, g0 == 0, y + r0 * O + b * 16, O);
   }
   if constexpr (SM != SK)
     for (int t = 0; t < T; ++t)
@@ -441,13 +438,7 @@ inline void tilep(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
         const int64_t g16 = 2 * g + j;
         for (int t = 0; t < T; ++t) {
           const v16f sg = group_values<SM, 16>(s + t * sstride, g16);
-          v16f zg{};
-          if constexpr (ZM == Z32)
-            zg = group_values<S32, 16>(z + t * zstride, g16);
-          else if constexpr (ZM == Z16)
-            zg = group_values<S16, 16>(z + t * zstride, g16);
-          else if constexpr (ZM == ZK)
-            zg = group_values<SK, 16>(z + t * zstride, g16);
+          const v16f zg = group_offsets<ZM, 16>(z, zstride, t, g16);
           for (int r = 0; r < R; ++r) {
             [[maybe_unused]] const int32_t xs = x16[g16 * n + r0 + r];
             const float d = dx[g * n + r0 + r];
@@ -468,11 +459,7 @@ inline void tilep(const uint8_t* q, const uint8_t* s, const uint8_t* z, int64_t 
         }
       }
     }
-    if constexpr (SM == SK) {
-      for (int t = 0; t < T; ++t)
-        for (int r = 0; r < R; ++r)
-          by_d(acc[t][r], dx[g0 * n + r0 + r], g0 == 0, y + (r0 + r) * O + (b + t) * 16);
-    }
+    if constexpr (SM == SK) by_d(acc, dx + g0 * n + r0, g0 == 0, y + r0 * O + b * 16, O);
   }
   if constexpr (SM != SK)
     for (int t = 0; t < T; ++t)
