@@ -307,39 +307,41 @@ at::Tensor flat_forward(int64_t handle, const at::Tensor& ids, const at::Tensor&
     const at::Tensor& qn = m.extras[L * 3 + 1];
     const at::Tensor& kn = m.extras[L * 3 + 2];
     // The bias (qwen2), then per head the q/k norm (qwen3) and the rotary on q (kept in
-    // float32) and k (rounded into the cache); v copied as it is.
-    for (int64_t i = 0; i < n; ++i) {
-      float* row = qkvp + i * width;
-      if (present(bias)) {
-        const float* b = bias.data_ptr<float>();
-        for (int64_t j = 0; j < width; ++j) row[j] += b[j];
+    // float32) and k (rounded into the cache); v copied as it is. Each row alone.
+    at::parallel_for(0, n, 1, [&](int64_t first, int64_t end) {
+      for (int64_t i = first; i < end; ++i) {
+        float* row = qkvp + i * width;
+        if (present(bias)) {
+          const float* b = bias.data_ptr<float>();
+          for (int64_t j = 0; j < width; ++j) row[j] += b[j];
+        }
+        const float* c = cosp + pos[i] * hd;
+        const float* s = sinp + pos[i] * hd;
+        for (int64_t g = 0; g < heads + kvh; ++g) {
+          const float* src = row + g * hd;
+          float normed[512];
+          if (present(qn)) {
+            norm_row(src, (g < heads ? qn : kn).data_ptr<float>(), normed, hd, m.eps);
+            src = normed;
+          }
+          float r[512];
+          for (int64_t j = 0; j < half; ++j) {
+            const float lo = src[j], hi = src[j + half];
+            r[j] = lo * c[j] + hi * s[j];
+            r[j + half] = hi * c[j + half] + lo * s[j + half];
+          }
+          if (g < heads) {
+            std::memcpy(qp + (i * heads + g) * hd, r, hd * sizeof(float));
+          } else {
+            uint16_t* dst = kc + ((length + i) * kvh + (g - heads)) * hd;
+            for (int64_t j = 0; j < hd; ++j) dst[j] = f2bf(r[j]);
+          }
+        }
+        const float* v = row + (heads + kvh) * hd;
+        uint16_t* vdst = vc + (length + i) * kvh * hd;
+        for (int64_t j = 0; j < kvh * hd; ++j) vdst[j] = f2bf(v[j]);
       }
-      const float* c = cosp + pos[i] * hd;
-      const float* s = sinp + pos[i] * hd;
-      for (int64_t g = 0; g < heads + kvh; ++g) {
-        const float* src = row + g * hd;
-        float normed[512];
-        if (present(qn)) {
-          norm_row(src, (g < heads ? qn : kn).data_ptr<float>(), normed, hd, m.eps);
-          src = normed;
-        }
-        float r[512];
-        for (int64_t j = 0; j < half; ++j) {
-          const float lo = src[j], hi = src[j + half];
-          r[j] = lo * c[j] + hi * s[j];
-          r[j + half] = hi * c[j + half] + lo * s[j + half];
-        }
-        if (g < heads) {
-          std::memcpy(qp + (i * heads + g) * hd, r, hd * sizeof(float));
-        } else {
-          uint16_t* dst = kc + ((length + i) * kvh + (g - heads)) * hd;
-          for (int64_t j = 0; j < hd; ++j) dst[j] = f2bf(r[j]);
-        }
-      }
-      const float* v = row + (heads + kvh) * hd;
-      uint16_t* vdst = vc + (length + i) * kvh * hd;
-      for (int64_t j = 0; j < kvh * hd; ++j) vdst[j] = f2bf(v[j]);
-    }
+    });
     // Attention by key head, over all rows' query heads that share it (attention.h); a key
     // head's heads are split in parts when there are fewer key heads than threads, or many rows.
     const attention::Rows rows{qp, ap, heads, group, pos.data(), a, o};
@@ -360,19 +362,19 @@ at::Tensor flat_forward(int64_t handle, const at::Tensor& ids, const at::Tensor&
     at::Tensor gu = linear(lin[2], h);
     const float* gup = gu.data_ptr<float>();
     // SiLU(gate) * up, 16 at a time (a short last piece padded with zeros).
-    const int64_t F = m.ffn;
-    for (int64_t i = 0; i < n; ++i) {
-      const float* g = gup + i * 2 * F;
-      float* dst = actp + i * F;
-      for (int64_t j = 0; j < F; j += 16) {
+    const int64_t F = m.ffn, pieces = (F + 15) / 16;
+    at::parallel_for(0, n * pieces, 256, [&](int64_t first, int64_t end) {
+      for (int64_t u = first; u < end; ++u) {
+        const int64_t i = u / pieces, j = u % pieces * 16;
+        const float* g = gup + i * 2 * F;
         const int64_t w = F - j < 16 ? F - j : 16;
         tiles::v16f gv{}, uv{};
         std::memcpy(&gv, g + j, w * sizeof(float));
         std::memcpy(&uv, g + F + j, w * sizeof(float));
         const tiles::v16f r = gv / (tiles::splat(1.0f) + tiles::exp16(-gv)) * uv;
-        std::memcpy(dst + j, &r, w * sizeof(float));
+        std::memcpy(actp + i * F + j, &r, w * sizeof(float));
       }
-    }
+    });
     add_rows(xp, linear(lin[3], act), n * H);
   }
   if (logits_rows <= 0) return at::empty({0}, at::kFloat);

@@ -228,10 +228,11 @@ inline void ahead(const uint8_t* p, int64_t bytes) {
     _mm_prefetch(reinterpret_cast<const char*>(p + AHEAD + i), _MM_HINT_T1);
 }
 
-// The scales or offsets of group g of G, held in `stride` bytes per tile, asked for ahead.
+// The scales or offsets of group g of G, held in `stride` bytes per tile (a whole number of
+// bytes per group, divided once outside the loops), asked for ahead.
 inline void ahead_scales(const uint8_t* p, int64_t stride, int64_t g, int64_t G) {
   if (p != nullptr && g % 4 == 0)
-    _mm_prefetch(reinterpret_cast<const char*>(p + g * stride / G + AHEAD / 4), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(p + stride / G * g + AHEAD / 4), _MM_HINT_T1);
 }
 
 // The K-quants' rows are rounded with one d per 256 inputs (Q8_K), so a tile's sums of a
@@ -606,60 +607,72 @@ enum Acts : int { A80 = 0, A81 = 1, A8K = 2 };
 // magnitude, with d = 1 / (-127 / max) kept as float32 (Q8_K). dx holds each group of 32's d,
 // sx what offsets are multiplied by (Q8_1: d * sum(xq); Q8_0: -8 * sum(xq), for Q4_0; Q8_K:
 // sum(xq), scaled by d once per 256), x16 the sums of its halves; all laid out as Rows8 says.
-inline void quantize_rows(const float* x, int64_t n, int64_t K, int act, int8_t* xq,
-                          float* dx, float* sx, int32_t* x16) {
+inline void quantize_block(const float* x, int64_t n, int64_t K, int act, int8_t* xq, float* dx,
+                           float* sx, int32_t* x16, int64_t r, int64_t b) {
   const int64_t span = act == A8K ? 256 : 32;
-  const v16i magnitude = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff,
-                          0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff,
-                          0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff,
-                          0x7fffffff};
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t b = 0; b < K / span; ++b) {
-      const float* v = x + r * K + b * span;
-      v16f most{};
-      for (int64_t i = 0; i < span; i += 16) {
-        const v16f a = reinterpret_cast<v16f>(reinterpret_cast<v16i>(load16(v + i)) & magnitude);
-        most = a > most ? a : most;
+  const v16i magnitude = v16i{} + 0x7fffffff;
+  const float* v = x + r * K + b * span;
+  v16f most{};
+  for (int64_t i = 0; i < span; i += 16) {
+    const v16f a = reinterpret_cast<v16f>(reinterpret_cast<v16i>(load16(v + i)) & magnitude);
+    most = a > most ? a : most;
+  }
+  float amax = 0.0f, max = 0.0f;
+  for (int l = 0; l < 16; ++l) amax = most[l] > amax ? most[l] : amax;
+  // The signed input of largest magnitude: the first that reaches it.
+  if (act == A8K)
+    for (int64_t i = 0; i < span && amax > 0; ++i)
+      if ((v[i] < 0 ? -v[i] : v[i]) == amax) {
+        max = v[i];
+        break;
       }
-      float amax = 0.0f, max = 0.0f;
-      for (int l = 0; l < 16; ++l) amax = most[l] > amax ? most[l] : amax;
-      // The signed input of largest magnitude: the first that reaches it.
-      if (act == A8K)
-        for (int64_t i = 0; i < span && amax > 0; ++i)
-          if ((v[i] < 0 ? -v[i] : v[i]) == amax) {
-            max = v[i];
-            break;
-          }
-      float d, inv;
-      if (act == A8K) {
-        inv = amax > 0 ? -127.0f / max : 0.0f;
-        d = amax > 0 ? 1.0f / inv : 0.0f;
-      } else {
-        d = amax / 127.0f;
-        inv = amax > 0 ? 127.0f / amax : 0.0f;
-      }
-      // Each input times inv, rounded to the nearest integer (ties to even), at most 127; the
-      // sums of each 16.
-      for (int64_t i = 0; i < span; i += 16) {
-        const int64_t at = b * span + i;  // the input's index in the row
-        const v16f big = splat(12582912.0f), top = splat(127.0f);
-        v16f q = (load16(v + i) * splat(inv) + big) - big;
-        q = q > top ? top : q;
-        const v16i qi = __builtin_convertvector(q, v16i);
-        const v16c qb = __builtin_convertvector(qi, v16c);
-        std::memcpy(xq + (at / 32 * n + r) * 32 + at % 32, &qb, 16);
-        int32_t sum = 0;
-        for (int l = 0; l < 16; ++l) sum += qi[l];
-        x16[at / 16 * n + r] = sum;
-      }
-      for (int64_t g = b * span / 32; g < (b + 1) * span / 32; ++g) {
-        const float sum = static_cast<float>(x16[2 * g * n + r] + x16[(2 * g + 1) * n + r]);
-        const float kept = act == A8K ? d : half(d);
-        dx[g * n + r] = kept;
-        // exact: |sum| <= 32 * 127
-        sx[g * n + r] = act == A81 ? half(d * sum) : act == A80 ? -8.0f * sum : sum;
-      }
+  float d, inv;
+  if (act == A8K) {
+    inv = amax > 0 ? -127.0f / max : 0.0f;
+    d = amax > 0 ? 1.0f / inv : 0.0f;
+  } else {
+    d = amax / 127.0f;
+    inv = amax > 0 ? 127.0f / amax : 0.0f;
+  }
+  // Each input times inv, rounded to the nearest integer (ties to even), at most 127; the
+  // sums of each 16 (integers: exact in any order).
+  for (int64_t i = 0; i < span; i += 16) {
+    const int64_t at = b * span + i;  // the input's index in the row
+    const v16f big = splat(12582912.0f), top = splat(127.0f);
+    v16f q = (load16(v + i) * splat(inv) + big) - big;
+    q = q > top ? top : q;
+    const v16i qi = __builtin_convertvector(q, v16i);
+    const v16c qb = __builtin_convertvector(qi, v16c);
+    std::memcpy(xq + (at / 32 * n + r) * 32 + at % 32, &qb, 16);
+    v16i s = qi + __builtin_shufflevector(qi, qi, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4,
+                                          5, 6, 7);
+    s = s + __builtin_shufflevector(s, s, 4, 5, 6, 7, 0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15);
+    s = s + __builtin_shufflevector(s, s, 2, 3, 0, 1, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    x16[at / 16 * n + r] = s[0] + s[1];
+  }
+  for (int64_t g = b * span / 32; g < (b + 1) * span / 32; ++g) {
+    const float sum = static_cast<float>(x16[2 * g * n + r] + x16[(2 * g + 1) * n + r]);
+    const float kept = act == A8K ? d : half(d);
+    dx[g * n + r] = kept;
+    // exact: |sum| <= 32 * 127
+    sx[g * n + r] = act == A81 ? half(d * sum) : act == A80 ? -8.0f * sum : sum;
+  }
+}
+
+// All n rows, each span of each row alone (on the threads when there are enough of them): the
+// same numbers however they are shared out. bias (8-bit tiles): x16 times it is put in xb.
+inline void quantize_rows(const float* x, int64_t n, int64_t K, int act, int8_t* xq, float* dx,
+                          float* sx, int32_t* x16, int32_t* xb = nullptr, int32_t bias = 0) {
+  const int64_t span = act == A8K ? 256 : 32, per_row = K / span;
+  at::parallel_for(0, n * per_row, 4096 / span, [&](int64_t lo, int64_t hi) {
+    for (int64_t u = lo; u < hi; ++u) {
+      const int64_t r = u / per_row, b = u % per_row;
+      quantize_block(x, n, K, act, xq, dx, sx, x16, r, b);
+      if (xb != nullptr)
+        for (int64_t i = b * span / 16; i < (b + 1) * span / 16; ++i)
+          xb[i * n + r] = bias * x16[i * n + r];
     }
+  });
 }
 
 // y = x @ W.T for x (n, K) float32. held: HELD4 (q = t4), HELD8 (q = t8, or with eb extra
@@ -720,17 +733,12 @@ inline at::Tensor linear(Held held, const at::Tensor& x, const at::Tensor& q, co
     sx = at::empty({n, K / 32}, at::kFloat);
     x16 = at::empty({held == HELD8 ? 2 : 1, n, K / 16}, at::kInt);  // with xb after
     const int act = k256 ? A8K : (zm == Z16 || zm == Z32 ? A81 : A80);
+    // xb: what the 8-bit tiles' unsigned values add to each sum of 16
+    int32_t* xb = held == HELD8 ? x16.data_ptr<int32_t>() + n * (K / 16) : nullptr;
     quantize_rows(xp, n, K, act, xq.data_ptr<int8_t>(), dx.data_ptr<float>(),
-                  sx.data_ptr<float>(), x16.data_ptr<int32_t>());
+                  sx.data_ptr<float>(), x16.data_ptr<int32_t>(), xb, eb > 0 ? bias : 128);
     x8 = Rows8{xq.data_ptr<int8_t>(), dx.data_ptr<float>(), sx.data_ptr<float>(),
-               x16.data_ptr<int32_t>(), nullptr};
-    if (held == HELD8) {  // what the 8-bit tiles' unsigned values add to each sum of 16
-      const int32_t* from = x16.data_ptr<int32_t>();
-      int32_t* to = x16.data_ptr<int32_t>() + n * (K / 16);
-      const int32_t by = eb > 0 ? bias : 128;
-      for (int64_t i = 0; i < n * (K / 16); ++i) to[i] = by * from[i];
-      x8.xb = to;
-    }
+               x16.data_ptr<int32_t>(), xb};
   }
   // The forms quant.py writes; any other pair is refused above or here.
 #define SAMCHAT_HELD(H, SM, ZM, EB)                                          \
