@@ -3,7 +3,8 @@
 // A row's result must not depend on how many rows share the forward, so every sum here runs in
 // an order fixed by the key's index j in the row's own sequence (0 = the cache's first row):
 // a key's score is its 16 lanes of products summed by hsum's tree; the softmax total keeps 16
-// partial sums by j mod 16; the values are summed in j order. Where the keys live (cache rows,
+// partial sums by j mod 16; the values are summed in j order (two keys at a time, 2p + 1 then
+// 2p, where bfloat16 products take them; see PAIRED). Where the keys live (cache rows,
 // a tree's rows), how the loops are cut into blocks and which heads go together change nothing.
 #pragma once
 
@@ -87,6 +88,111 @@ constexpr bool SPLIT = C > 0 && C % 2 == 0;
 
 typedef uint32_t v16u __attribute__((vector_size(64)));
 
+// Bfloat16 dot products where the CPU has them (AVX512-BF16), for heads of 32k values: two
+// products per lane and instruction where the FMAs took one, on the unit that also multiplies
+// the tiles' integers, and the cache's rows read as they are, unwidened. Scores take the query
+// rounded to bfloat16 once (llama.cpp rounds it to float16); the values, each pair of keys
+// (2p, 2p + 1) at once, their weights rounded to bfloat16 (llama.cpp: float16). Elsewhere float32
+// products of widened rows.
+#if defined(__AVX512BF16__)
+constexpr bool BF16_DOTS = true;
+#else
+constexpr bool BF16_DOTS = false;
+#endif
+template <int C>
+constexpr bool PAIRED = BF16_DOTS && SPLIT<C>;
+
+// A head's query as PAIRED<C> scores take it: C / 2 vectors of 32 bfloat16 values in order.
+template <int C>
+inline void to_pairs(const float* q, v16f* out) {
+#if defined(__AVX512BF16__)
+  for (int c = 0; c < C / 2; ++c) {
+    const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + 32 * c + 16),
+                                           _mm512_loadu_ps(q + 32 * c));
+    std::memcpy(&out[c], &b, 64);
+  }
+#else
+  (void)q;
+  (void)out;
+#endif
+}
+
+// Weights rounded to bfloat16 (to nearest, ties to even; they lie in [0, 1]), kept as float32.
+inline v16f to_bf16(v16f x) {
+  const v16u u = reinterpret_cast<v16u>(x);
+  return reinterpret_cast<v16f>((u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u);
+}
+
+// The weighted values of keys k0 .. k0 + m - 1 (m <= 16; rows in vw as the cache holds them,
+// weights e, already bfloat16) added to P heads' sums a, two keys per product: for each 32
+// values c, a[2c] holds values 0-3, 8-11, 16-19 and 24-27, a[2c + 1] the others (the
+// interleaving's order; from_pairs puts them back).
+template <int C, int P>
+inline void pair_values(const float* e, int64_t pad, const v16f (*vw)[C], int64_t m,
+                        v16f (*a)[C]) {
+#if defined(__AVX512BF16__)
+  uint32_t w[P][8];  // head h's weights of keys 2p and 2p + 1 as one bfloat16 pair
+  for (int h = 0; h < P; ++h) {
+    const v16f x = tiles::load16(e + h * pad);
+    const __m256bh b = _mm512_cvtneps_pbh(reinterpret_cast<__m512>(x));
+    std::memcpy(w[h], &b, 32);
+  }
+  for (int64_t k = 0; k < m; k += 2) {
+    __m512i lo[C / 2], hi[C / 2];
+    for (int c = 0; c < C / 2; ++c) {
+      const __m512i x = reinterpret_cast<__m512i>(vw[k][c]);
+      const __m512i y = k + 1 < m ? reinterpret_cast<__m512i>(vw[k + 1][c]) : __m512i{};
+      lo[c] = _mm512_unpacklo_epi16(x, y);
+      hi[c] = _mm512_unpackhi_epi16(x, y);
+    }
+    for (int h = 0; h < P; ++h) {
+      const __m512bh pair = reinterpret_cast<__m512bh>(_mm512_set1_epi32(w[h][k / 2]));
+      for (int c = 0; c < C / 2; ++c) {
+        a[h][2 * c] = reinterpret_cast<v16f>(_mm512_dpbf16_ps(
+            reinterpret_cast<__m512>(a[h][2 * c]), pair, reinterpret_cast<__m512bh>(lo[c])));
+        a[h][2 * c + 1] = reinterpret_cast<v16f>(_mm512_dpbf16_ps(
+            reinterpret_cast<__m512>(a[h][2 * c + 1]), pair, reinterpret_cast<__m512bh>(hi[c])));
+      }
+    }
+  }
+#else
+  (void)e;
+  (void)pad;
+  (void)vw;
+  (void)m;
+  (void)a;
+#endif
+}
+
+// pair_values' sums back to the values' own order.
+template <int C>
+inline void from_pairs(const v16f* in, float* out) {
+  for (int c = 0; c < C / 2; ++c) {
+    const v16f l = in[2 * c], h = in[2 * c + 1];
+    const v16f a = __builtin_shufflevector(l, h, 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21,
+                                           22, 23);
+    const v16f b = __builtin_shufflevector(l, h, 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15,
+                                           28, 29, 30, 31);
+    std::memcpy(out + 32 * c, &a, 64);
+    std::memcpy(out + 32 * c + 16, &b, 64);
+  }
+}
+
+// q . k over C / 2 pairs of vectors: lane l sums the products of elements 2l and 2l + 1.
+template <int C>
+inline v16f pair_dots(const v16f* q, const v16f* k) {
+#if defined(__AVX512BF16__)
+  __m512 dot = _mm512_setzero_ps();
+  for (int c = 0; c < C / 2; ++c)
+    dot = _mm512_dpbf16_ps(dot, reinterpret_cast<__m512bh>(q[c]), reinterpret_cast<__m512bh>(k[c]));
+  return reinterpret_cast<v16f>(dot);
+#else
+  (void)q;
+  (void)k;
+  return v16f{};
+#endif
+}
+
 template <int C>
 inline void widen_head(const uint16_t* p, int64_t cs, v16f* out) {
   if constexpr (SPLIT<C>) {
@@ -162,9 +268,13 @@ inline void score_pack(const v16f* qo, const v16f (*kw)[C ? C : 32], int64_t m, 
   v16f d[P][16];
   for (int64_t k = 0; k < m; ++k)
     for (int h = 0; h < P; ++h) {
-      v16f dot = qv[h][0] * kw[k][0];
-      for (int64_t c = 1; c < cs; ++c) dot = tiles::madd(qv[h][c], kw[k][c], dot);
-      d[h][k] = dot;
+      if constexpr (PAIRED<C>) {
+        d[h][k] = pair_dots<C>(qv[h], kw[k]);
+      } else {
+        v16f dot = qv[h][0] * kw[k][0];
+        for (int64_t c = 1; c < cs; ++c) dot = tiles::madd(qv[h][c], kw[k][c], dot);
+        d[h][k] = dot;
+      }
     }
   const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   for (int h = 0; h < P; ++h) {
@@ -184,11 +294,15 @@ inline void value_pack(const float* e, int64_t pad, const v16f (*vw)[C ? C : 32]
   v16f a[P][MOST];
   for (int h = 0; h < P; ++h)
     for (int64_t c = 0; c < cs; ++c) a[h][c] = acc[h * cs + c];
-  for (int64_t k = 0; k < m; ++k)
-    for (int h = 0; h < P; ++h) {
-      const v16f w = tiles::splat(e[h * pad + k]);
-      for (int64_t c = 0; c < cs; ++c) a[h][c] = tiles::madd(w, vw[k][c], a[h][c]);
-    }
+  if constexpr (PAIRED<C>) {
+    pair_values<C, P>(e, pad, vw, m, a);
+  } else {
+    for (int64_t k = 0; k < m; ++k)
+      for (int h = 0; h < P; ++h) {
+        const v16f w = tiles::splat(e[h * pad + k]);
+        for (int64_t c = 0; c < cs; ++c) a[h][c] = tiles::madd(w, vw[k][c], a[h][c]);
+      }
+  }
   for (int h = 0; h < P; ++h)
     for (int64_t c = 0; c < cs; ++c) acc[h * cs + c] = a[h][c];
 }
@@ -258,16 +372,28 @@ void attend(const Rows& R, const Keys& keys, int64_t g, int64_t t0, int64_t t1, 
   w.best.assign(nh, tiles::splat(-INFINITY));
   w.sc.resize(nh * pad);
   w.inv.resize(nh);
-  for (int64_t t = t0; t < t1; ++t) to_order<C>(R.q + at(t), cs, &w.q[(t - t0) * cs]);
+  for (int64_t t = t0; t < t1; ++t) {
+    if constexpr (PAIRED<C>)
+      to_pairs<C>(R.q + at(t), &w.q[(t - t0) * cs]);
+    else
+      to_order<C>(R.q + at(t), cs, &w.q[(t - t0) * cs]);
+  }
   v16f kw[16][MOST];
+  // A cache row's head in kw: as it is (PAIRED<C>), or widened.
+  auto load = [&](const uint16_t* p, v16f* out) {
+    if (PAIRED<C>)
+      std::memcpy(out, p, hd * sizeof(uint16_t));
+    else
+      widen_head<C>(p, cs, out);
+  };
   // Runs `use(a, b, m, j0)` for every block of 16 keys, the heads a .. b - 1 that see its first
-  // m keys, with those keys' rows of `base` (keys or values) widened in kw.
+  // m keys, with those keys' rows of `base` (keys or values) in kw.
   auto blocks = [&](const uint16_t* base, auto&& use) {
     for (int64_t j0 = 0; j0 < pad; j0 += 16) {
       if (j0 < shared) {
         for (int64_t k = 0; k < 16; ++k) {
           ask(base, keys, j0 + k + AHEAD, hd);
-          widen_head<C>(base + (j0 + k) * keys.stride, cs, kw[k]);
+          load(base + (j0 + k) * keys.stride, kw[k]);
         }
         use(0, nh, 16, j0);
         continue;
@@ -277,8 +403,7 @@ void attend(const Rows& R, const Keys& keys, int64_t g, int64_t t0, int64_t t1, 
         if (m <= 0) continue;
         const int64_t* anc = R.anc ? R.anc + R.off[i] : nullptr;
         const Keys own{keys.k, keys.v, keys.stride, keys.length, anc};
-        for (int64_t k = 0; k < m; ++k)
-          widen_head<C>(base + own.row(j0 + k) * keys.stride, cs, kw[k]);
+        for (int64_t k = 0; k < m; ++k) load(base + own.row(j0 + k) * keys.stride, kw[k]);
         use(std::max(t0, i * G) - t0, std::min(t1, (i + 1) * G) - t0, m, j0);
       }
     }
@@ -295,6 +420,7 @@ void attend(const Rows& R, const Keys& keys, int64_t g, int64_t t0, int64_t t1, 
     for (int64_t j0 = 0; j0 < count; j0 += 16) {
       const int64_t m = count - j0 < 16 ? count - j0 : 16;
       v16f x = tiles::exp16(tiles::load16(e + j0) - top);
+      if constexpr (PAIRED<C>) x = to_bf16(x);
       x = lane < static_cast<int32_t>(m) ? x : v16f{};
       total += x;
       std::memcpy(e + j0, &x, 64);
@@ -307,7 +433,10 @@ void attend(const Rows& R, const Keys& keys, int64_t g, int64_t t0, int64_t t1, 
   for (int64_t h = 0; h < nh; ++h) {
     v16f r[MOST];
     for (int64_t c = 0; c < cs; ++c) r[c] = w.acc[h * cs + c] * tiles::splat(w.inv[h]);
-    from_order<C>(r, cs, R.out + at(t0 + h));
+    if constexpr (PAIRED<C>)
+      from_pairs<C>(r, R.out + at(t0 + h));
+    else
+      from_order<C>(r, cs, R.out + at(t0 + h));
   }
 }
 
