@@ -14,7 +14,9 @@ from types import ModuleType
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.model
+# Alone, after the rest: a Ctrl-C that lands in a llama.cpp decode waits for it, and with the
+# other worker's engines on the same cores that decode ran past the watchdog's 1.5 s.
+pytestmark = [pytest.mark.model, pytest.mark.all_cores]
 
 
 def _campaign() -> ModuleType:
