@@ -1,7 +1,8 @@
 """One-token steps and 2-, 4- and 8-row forwards of several engines on one GGUF, alternated in
 one process after the same prompt: each engine's step time and its verification curve (the
 medians of six forwards per size per round), the weight bytes a step reads per second as a
-share of the machine's read bandwidth, and the prefill of a --prefill-token prompt into an
+share of the machine's read bandwidth (measured after each engine's steps in each round; the
+median of the rounds' shares), and the prefill of a --prefill-token prompt into an
 empty cache (tokens per second, the median over rounds). Issue 61's table in
 docs/benchmarks.md.
 
@@ -59,6 +60,9 @@ def main(argv: list[str]) -> int:
             engine.crop(start)
     times: dict[str, dict[int, list[float]]] = {k: {n: [] for n in ROWS} for k in engines}
     reads: dict[str, list[float]] = {k: [] for k in engines}
+    # The read bandwidth swings by minutes on a shared machine, so it is measured right after
+    # each engine's steps in each round, and each step set against the one beside it.
+    beside: dict[str, list[float]] = {k: [] for k in engines}
     for _ in range(args.rounds):
         for label, engine in engines.items():
             engine.reset()
@@ -77,22 +81,32 @@ def main(argv: list[str]) -> int:
                     taken.append(time.perf_counter() - t0)
                     engine.crop(start)
                 times[label][n].append(1000 * statistics.median(taken))
+            measured = read_bandwidth(model_cache_dir(), runs=3)
+            if measured is not None:
+                beside[label].append(measured)
     out = {k: {n: statistics.median(v) for n, v in d.items()} for k, d in times.items()}
-    bandwidth = read_bandwidth(model_cache_dir())
     result: dict[str, dict[str, object]] = {}
     for label, ms in out.items():
         curve = " ".join(f"{n} rows {ms[n] / ms[1]:.2f}x" for n in ROWS[1:])
         nbytes = step_bytes(label.split("/")[0], args.file, model_cache_dir())
-        share, said = None, ""
-        if nbytes and bandwidth is not None:
-            share = nbytes / (ms[1] / 1000) / bandwidth
-            said = f", {share:.0%} of {bandwidth / 1e9:.1f} GB/s"
+        share, said, bandwidth = None, "", beside[label]
+        if nbytes and len(bandwidth) == len(times[label][1]):
+            pairs = zip(times[label][1], bandwidth, strict=True)
+            shares = [nbytes / (t / 1000) / b for t, b in pairs]
+            share = statistics.median(shares)
+            low, high = min(bandwidth) / 1e9, max(bandwidth) / 1e9
+            said = f", {share:.0%} of the read bandwidth ({low:.1f}-{high:.1f} GB/s)"
         read = statistics.median(reads[label])
         choice = getattr(engines[label], "threads", None)
         ran = f"; threads {choice.ran}, ending on {choice.current}" if choice is not None else ""
         print(f"{label}: step {ms[1]:.2f} ms{said}, {curve}; prefill {read:.0f} tok/s{ran}")
-        result[label] = {"ms": ms, "bandwidth_share": share, "prefill_tok_s": read}
-    print(json.dumps({"cpu": cpu_name(), "read_bandwidth": bandwidth, "engines": result}))
+        result[label] = {
+            "ms": ms,
+            "bandwidth_share": share,
+            "read_bandwidth": bandwidth,
+            "prefill_tok_s": read,
+        }
+    print(json.dumps({"cpu": cpu_name(), "engines": result}))
     return 0
 
 

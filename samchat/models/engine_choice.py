@@ -31,6 +31,7 @@ STEPS_ENV = "SAMCHAT_ENGINE_STEPS"
 _PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
 Say = Callable[[str], None]
+Beside = Callable[["EngineSpeed"], None]
 
 
 @dataclass(frozen=True)
@@ -207,13 +208,18 @@ def time_steps(
     return EngineSpeed(candidate[0], candidate[1], ms, engine.meter.describe())
 
 
-def _time_steps(spec: ModelSpec, cache_dir: Path, say: Say) -> EngineSpeed:
-    """One-token steps on spec's engine, then its verification costs measured and kept in
-    cache_dir (as a session keeps them), so a first reply on it drafts at once."""
+def _time_steps(
+    spec: ModelSpec, cache_dir: Path, say: Say, beside: Beside | None = None
+) -> EngineSpeed:
+    """One-token steps on spec's engine (then `beside`, with the model still loaded), then its
+    verification costs measured and kept in cache_dir (as a session keeps them), so a first
+    reply on it drafts at once."""
     from samchat.models import load_model
 
     lm = load_model(spec, progress=say)
     speed = time_steps(lm, (spec.engine, spec.dtype), cache_dir, steps())
+    if beside is not None:
+        beside(speed)
     meter = lm.kind.open(lm, cache_dir).meter
     if meter.cached_cost_curve() is None:
         say(f"{speed.label}: timing drafts of 1-64 tokens (once)")
@@ -224,8 +230,12 @@ def _time_steps(spec: ModelSpec, cache_dir: Path, say: Say) -> EngineSpeed:
     return speed
 
 
-def measure(spec: ModelSpec, cache_dir: Path, say: Say) -> list[EngineSpeed]:
-    """Times each candidate that can run spec's GGUF file here and keeps the result."""
+def measure(
+    spec: ModelSpec, cache_dir: Path, say: Say, beside: Beside | None = None
+) -> list[EngineSpeed]:
+    """Times each candidate that can run spec's GGUF file here and keeps the result; `beside`
+    runs right after each candidate's steps are timed (`bench engines` reads the machine's
+    bandwidth there, in the same minute as the steps)."""
     from samchat.models.loader import choose_engine
 
     path = gguf_file(spec)
@@ -239,7 +249,7 @@ def measure(spec: ModelSpec, cache_dir: Path, say: Say) -> list[EngineSpeed]:
         candidate = replace(spec, engine=engine, dtype=dtype)
         try:
             choose_engine(candidate)
-            speeds.append(_time_steps(candidate, cache_dir, say))
+            speeds.append(_time_steps(candidate, cache_dir, say, beside))
         except EngineDeclinedError as exc:  # a file the flat engine cannot compute exactly, or fit
             say(f"{label(engine, dtype)}: skipped ({exc})")
             refused.append(Refusal(engine, dtype, str(exc)))

@@ -60,9 +60,18 @@ def _kept_record(cache: Path, speeds: list[EngineSpeed]) -> Path:
 
 def test_both_engines_are_timed_and_kept_and_the_apps_first_reply_drafts(tmp_path: Path) -> None:
     """bench engines (make setup) keeps each engine's speed and cost curve: the app's very
-    first reply, on the engine it takes, drafts, and no timing of the machine follows it."""
-    speeds = measure(ModelSpec(), tmp_path, lambda _: None)
+    first reply, on the engine it takes, drafts, and no timing of the machine follows it.
+    What runs beside each engine's steps (bench engines' bandwidth read) runs once for each,
+    before the next engine is loaded."""
+    beside: list[tuple[str, int]] = []
+    speeds = measure(
+        ModelSpec(),
+        tmp_path,
+        lambda _: None,
+        lambda speed: beside.append((speed.label, len(list((tmp_path / "costs").glob("*.json"))))),
+    )
     assert [s.label for s in speeds] == ["llamacpp", "flat/int4"]
+    assert beside == [("llamacpp", 0), ("flat/int4", 1)]  # each before its own cost curve
     assert all(s.ms_per_token > 0 for s in speeds)
     assert "int4" in speeds[1].describe
     assert kept(tmp_path, ModelSpec()) == speeds
