@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 READ_BYTES = 1 << 30  # larger than the caches, as a model's weights are
-_TILES = (".t4", ".t8", ".tf", ".ts", ".tz")
 
 
 def read_bandwidth(cache_dir: Path, runs: int = 5) -> float | None:
@@ -44,9 +43,10 @@ def packed_step_bytes(packed: Path) -> int:
     """The bytes of a flat engine's kept file that a one-token step reads: every linear's
     tiles, scales and offsets, the output projection's too."""
     from samchat.engines.flat import packfile
+    from samchat.engines.flat.quant import is_tile_part
 
     _, tensors = packfile.read(packed)
-    return sum(t.numel() * t.element_size() for k, t in tensors.items() if k.endswith(_TILES))
+    return sum(t.numel() * t.element_size() for k, t in tensors.items() if is_tile_part(k))
 
 
 def newest_packing(cache_dir: Path, model: Path) -> Path | None:

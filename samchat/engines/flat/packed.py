@@ -26,7 +26,15 @@ from samchat.engines.flat import packfile
 from samchat.engines.flat.exactness import REQUANTIZED
 from samchat.engines.flat.forward import FlatModel
 from samchat.engines.flat.gguf_weights import GGUFTensors, Tensor, dequantized, kind_of, open_gguf
-from samchat.engines.flat.quant import FORMATS, Embedding, output_tiles, pack, pack8, tiles
+from samchat.engines.flat.quant import (
+    FORMATS,
+    Embedding,
+    is_tile_part,
+    output_tiles,
+    pack,
+    pack8,
+    tiles,
+)
 from samchat.engines.flat.shape import LlamaShape
 from samchat.errors import ModelLoadError
 
@@ -287,7 +295,7 @@ def _read_source(source: Path, requantize: bool) -> tuple[LlamaShape, Mapping[st
 
 def _mapped(path: Path, key: dict[str, str], kernels: str, about: str) -> FlatModel:
     """The kept model, memory-mapped; ValueError when the file is not what `key` names."""
-    meta, tensors = packfile.read(path)
+    meta, tensors = packfile.read(path, huge=is_tile_part)
     for k, v in key.items():
         if meta.get(k) != v:
             raise ValueError(f"it was packed for another {k}")

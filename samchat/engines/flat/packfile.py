@@ -2,7 +2,8 @@
 aligned offset (the kernels load packed weights with aligned vector loads), then an index
 (a JSON object: the key it was packed under and each tensor's type, shape and place) and a
 trailer (the index's length and a magic). Read back as views of one private memory map, so
-that mapping copies nothing and only the pages a forward reads become resident.
+that mapping copies nothing and only the pages a forward reads become resident; the tensors a
+step reads whole may be read into huge pages instead (hugepages.py).
 
 The file is built where no other process sees it (an unnamed file where the system has them,
 else a temporary name with the writer's process id) and moved into place whole: a packing
@@ -16,12 +17,14 @@ import math
 import mmap
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
 import torch
+
+from samchat.engines.flat import hugepages
 
 ALIGN = 64
 MAGIC = b"samflat1"
@@ -192,33 +195,40 @@ class MemorySink(dict[str, torch.Tensor]):
         self[name] = t
 
 
-def read(path: Path) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+def read(
+    path: Path, huge: Callable[[str], bool] | None = None
+) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
     """The key a file was packed under and its tensors, views of a private map of the file;
-    ValueError when it is not a whole packed file."""
+    ValueError when it is not a whole packed file. The tensors `huge` names are read into
+    memory in huge pages instead, where the system offers them (hugepages.py)."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size < _TRAILER:
             raise ValueError("it is cut short")
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-    if mapped[-len(MAGIC) :] != MAGIC:
-        raise ValueError("it is cut short or not a packed file")
-    length = int.from_bytes(mapped[-_TRAILER : -len(MAGIC)], "little")
-    start = size - _TRAILER - length
-    if start < 0:
-        raise ValueError("its index is damaged")
-    index = json.loads(mapped[start : size - _TRAILER])
-    tensors: dict[str, torch.Tensor] = {}
-    for name, entry in index["tensors"].items():
-        dtype, shape, at = DTYPES[entry["dtype"]], tuple(entry["shape"]), int(entry["at"])
-        nbytes = _nbytes(dtype, shape)
-        if at % ALIGN or at < 0 or at + nbytes > start:
-            raise ValueError(f"its index places {name} outside the file")
-        if nbytes == 0:
-            tensors[name] = torch.empty(shape, dtype=dtype)
-            continue
-        count = nbytes // torch.empty(0, dtype=dtype).element_size()
-        tensors[name] = torch.frombuffer(mapped, dtype=dtype, count=count, offset=at).view(shape)
-    return dict(index["meta"]), tensors
+        if mapped[-len(MAGIC) :] != MAGIC:
+            raise ValueError("it is cut short or not a packed file")
+        length = int.from_bytes(mapped[-_TRAILER : -len(MAGIC)], "little")
+        start = size - _TRAILER - length
+        if start < 0:
+            raise ValueError("its index is damaged")
+        index = json.loads(mapped[start : size - _TRAILER])
+        tensors: dict[str, torch.Tensor] = {}
+        pieces: list[hugepages.Piece] = []
+        for name, entry in index["tensors"].items():
+            dtype, shape, at = DTYPES[entry["dtype"]], tuple(entry["shape"]), int(entry["at"])
+            nbytes = _nbytes(dtype, shape)
+            if at % ALIGN or at < 0 or at + nbytes > start:
+                raise ValueError(f"its index places {name} outside the file")
+            if nbytes == 0:
+                tensors[name] = torch.empty(shape, dtype=dtype)
+            else:
+                pieces.append(hugepages.Piece(name, dtype, shape, at, nbytes))
+        copied = [p for p in pieces if huge is not None and huge(p.name)]
+        if copied and hugepages.offered():
+            tensors |= hugepages.read_into_huge(f.fileno(), copied) or {}
+        tensors |= {p.name: p.view_in(mapped, p.at) for p in pieces if p.name not in tensors}
+    return dict(index["meta"]), {name: tensors[name] for name in index["tensors"]}
 
 
 def write_all(

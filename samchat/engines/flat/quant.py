@@ -29,6 +29,9 @@ from samchat.errors import ModelLoadError
 
 FORMATS = ("int4", "int8")
 TILE = 16  # outputs per tile of the native forward's linears (native/tiles.h)
+# The parts of a tiled linear, each named "<linear>.<part>": its weights (4-bit, 8-bit or
+# float) and its scales and offsets. A step reads every byte of them.
+TILE_PARTS = ("t4", "t8", "tf", "ts", "tz")
 # How the native forward holds a linear (forward.cpp's Kind): 4-bit, 8-bit or float tiles; the
 # K kinds round inputs to 8 bits per 256 instead of 32, as llama.cpp does for the K-quants.
 TILES4, TILES8, TILESF, TILES4K, TILES8K = 2, 3, 4, 5, 6
@@ -47,6 +50,11 @@ HELD8 = {(S32, Z0), (S32, Z32), (S16, Z0), (SK, Z0), (SK, ZK)}  # Q8_0, Q3_K, Q2
 # bias that makes their values unsigned, by type; the modes each is compiled for.
 PLANES = {"Q5_0": (1, 16), "Q5_1": (1, 0), "Q5_K": (1, 0), "Q6_K": (2, 32)}
 HELD_PLANES = {1: {(S16, Z0), (S16, Z16), (SK, ZK)}, 2: {(SK, Z0)}}
+
+
+def is_tile_part(name: str) -> bool:
+    """Whether the kept file's tensor `name` is a part of a tiled linear (TILE_PARTS)."""
+    return name.rsplit(".", 1)[-1] in TILE_PARTS
 
 
 def base_kind(kind: int) -> int:

@@ -232,3 +232,62 @@ def test_a_damaged_or_foreign_kept_file_is_packed_again(
     assert len(notices) == 1 and "\n" not in notices[0], said
     assert again.about.startswith("packed into")
     assert np.array_equal(_logits(again), _logits(model))
+
+
+def _mapping_of(address: int) -> tuple[str, dict[str, str]]:
+    """The path (empty: anonymous memory) and smaps fields of this process's mapping that
+    holds `address`."""
+    found: tuple[str, dict[str, str]] | None = None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if "-" in head[0] and ":" not in head[0]:
+            low, high = (int(x, 16) for x in head[0].split("-"))
+            if found is not None:
+                return found
+            if low <= address < high:
+                found = (head[5] if len(head) > 5 else "", {})
+        elif found is not None and ":" in head[0]:
+            found[1][head[0].rstrip(":")] = head[1]
+    assert found is not None, hex(address)
+    return found
+
+
+def test_the_tiles_are_read_into_huge_pages_and_the_rest_stays_mapped(
+    q4km: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every part of a tiled linear (read whole by every step) is read from the kept file into
+    anonymous memory advised to take huge pages, where the system offers them; the embedding's
+    table (looked up a row at a time) stays a view of the file's map. Where huge pages are not
+    offered, or getting the memory runs over its budget, every tensor is a view of the map.
+    The logits are the same every way."""
+    from samchat.engines.flat import hugepages
+
+    setting = tmp_path / "enabled"
+    monkeypatch.setattr(hugepages, "_SETTING", setting)
+    logits = []
+    for chosen, budget, copied in (
+        ("always [madvise] never", 1e9, True),
+        ("always [madvise] never", 0.0, False),  # a host slower than the budget
+        ("always madvise [never]", 1e9, False),
+    ):
+        setting.write_text(chosen + "\n")
+        monkeypatch.setattr(hugepages, "BUDGET_S_PER_GB", budget)
+        model = packed.load_flat(q4km, "tiny", "int4", tmp_path)
+        [kept] = _kept(tmp_path)
+        for name, t in model.tensors.items():
+            if not t.numel():
+                continue
+            path, fields = _mapping_of(t.data_ptr())
+            if copied and quant.is_tile_part(name):
+                assert path == "", name
+                assert fields.get("THPeligible") == "1", name
+            elif name.startswith("embed.") or quant.is_tile_part(name):
+                assert path == str(kept), name
+        assert any(quant.is_tile_part(k) for k in model.tensors)
+        assert all(t.data_ptr() % packfile.ALIGN == 0 for t in model.tensors.values() if t.numel())
+        logits.append(_logits(model))
+    assert all(np.array_equal(logits[0], other) for other in logits[1:])
+    setting.write_text("[always] madvise never\n")
+    assert hugepages.offered()
+    setting.unlink()
+    assert not hugepages.offered()  # no such setting: no huge pages asked for
