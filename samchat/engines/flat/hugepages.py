@@ -69,11 +69,12 @@ def read_into_huge(fd: int, pieces: list[Piece]) -> dict[str, torch.Tensor] | No
         size += math.ceil(p.nbytes / _ALIGN) * _ALIGN
     if size == 0:
         return {}
-    # private: shared anonymous memory is shmem, whose huge pages follow another setting
-    region = mmap.mmap(-1, math.ceil(size / HUGE) * HUGE + HUGE, flags=mmap.MAP_PRIVATE)
+    try:
+        region = _anonymous(math.ceil(size / HUGE) * HUGE + HUGE)
+    except OSError:  # no room, or no such advice here: the map serves
+        return None
     start = ctypes.addressof(ctypes.c_char.from_buffer(region))
     first = (-start) % HUGE  # the region's first 2 MB boundary
-    region.madvise(mmap.MADV_HUGEPAGE)
     budget, began, done = BUDGET_S_PER_GB * size / 1e9, time.perf_counter(), 0
     with memoryview(region) as view:
         for p, place in zip(pieces, places, strict=True):
@@ -92,6 +93,14 @@ def read_into_huge(fd: int, pieces: list[Piece]) -> dict[str, torch.Tensor] | No
     return {
         p.name: p.view_in(region, first + place) for p, place in zip(pieces, places, strict=True)
     }
+
+
+def _anonymous(nbytes: int) -> mmap.mmap:
+    """Private anonymous memory advised to take huge pages (shared anonymous memory is shmem,
+    whose huge pages follow another setting)."""
+    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE)
+    region.madvise(mmap.MADV_HUGEPAGE)
+    return region
 
 
 def _read_fully(fd: int, into: memoryview, at: int, name: str) -> None:

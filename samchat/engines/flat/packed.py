@@ -294,7 +294,8 @@ def _read_source(source: Path, requantize: bool) -> tuple[LlamaShape, Mapping[st
 
 
 def _mapped(path: Path, key: dict[str, str], kernels: str, about: str) -> FlatModel:
-    """The kept model, memory-mapped; ValueError when the file is not what `key` names."""
+    """The kept model, memory-mapped (its tiles read into huge pages where that is cheap);
+    ValueError when the file is not what `key` names."""
     meta, tensors = packfile.read(path, huge=is_tile_part)
     for k, v in key.items():
         if meta.get(k) != v:

@@ -258,20 +258,28 @@ def test_the_tiles_are_read_into_huge_pages_and_the_rest_stays_mapped(
     """Every part of a tiled linear (read whole by every step) is read from the kept file into
     anonymous memory advised to take huge pages, where the system offers them; the embedding's
     table (looked up a row at a time) stays a view of the file's map. Where huge pages are not
-    offered, or getting the memory runs over its budget, every tensor is a view of the map.
+    offered, or the memory is refused or runs over its budget, every tensor is a view of the
+    map.
     The logits are the same every way."""
     from samchat.engines.flat import hugepages
 
     setting = tmp_path / "enabled"
     monkeypatch.setattr(hugepages, "_SETTING", setting)
     logits = []
-    for chosen, budget, copied in (
-        ("always [madvise] never", 1e9, True),
-        ("always [madvise] never", 0.0, False),  # a host slower than the budget
-        ("always madvise [never]", 1e9, False),
+    anonymous = hugepages._anonymous
+
+    def no_room(nbytes: int) -> Any:
+        raise OSError(12, "Cannot allocate memory")
+
+    for chosen, budget, copied, allocate in (
+        ("always [madvise] never", 1e9, True, anonymous),
+        ("always [madvise] never", 0.0, False, anonymous),  # a host slower than the budget
+        ("always [madvise] never", 1e9, False, no_room),
+        ("always madvise [never]", 1e9, False, anonymous),
     ):
         setting.write_text(chosen + "\n")
         monkeypatch.setattr(hugepages, "BUDGET_S_PER_GB", budget)
+        monkeypatch.setattr(hugepages, "_anonymous", allocate)
         model = packed.load_flat(q4km, "tiny", "int4", tmp_path)
         [kept] = _kept(tmp_path)
         for name, t in model.tensors.items():
