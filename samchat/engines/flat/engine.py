@@ -17,6 +17,7 @@ from samchat.engines.costs.cache import CurveMemo
 from samchat.engines.costs.curve import CostCurve
 from samchat.engines.costs.measurement import measure_engine
 from samchat.engines.flat.forward import TAIL, FlatCache, FlatModel, run
+from samchat.engines.flat.idle import IdleCores
 from samchat.engines.flat.native import forward as native_forward
 from samchat.engines.flat.threads import ThreadChoice, default_threads
 
@@ -60,7 +61,11 @@ class FlatEngine:
         self._in_place = self._native is not None
         # The thread count each forward runs on: chosen while running (threads.py), or the
         # count given (the machine's to measure the cost curve).
-        self.threads = ThreadChoice(threads or default_threads(), adaptive=threads is None)
+        self.threads = ThreadChoice(
+            threads or default_threads(),
+            adaptive=threads is None,
+            idle=IdleCores().look if threads is None else None,
+        )
 
     @property
     def length(self) -> int:

@@ -5,7 +5,9 @@ that spins waiting for its slowest member slows far more than a team of one thre
 fixed count wins both ways, and a row's numbers are the same on any count, so the engine times
 the other count now and then, on forwards of the same number of rows, and keeps the faster: a
 switch never changes a token. A trial that loses makes the next one wait twice as long (a
-quiet machine pays almost nothing); the kept count slowing down brings one at once.
+quiet machine pays almost nothing); the kept count slowing down brings one at once. On fewer
+threads, a core gone idle brings one at once too: a long load doubles the waits, and the machine
+quiet again would otherwise stay on fewer threads for up to LONGEST_WAIT forwards.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import statistics
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # Forwards of up to this many rows are timed and compared (prompts read in pieces are not).
@@ -30,6 +33,10 @@ SLOWED = 1.3
 # A row count's typical forward: the median of its last RECENT on the kept count (one slow
 # forward, a page fault or a burst elsewhere, moves it little).
 RECENT = 5
+# On fewer threads, the idle cores are looked at every LOOK forwards: at least IDLE_CORE of a
+# core idle, after a look that found less (or since the switch), brings a trial.
+LOOK = 16
+IDLE_CORE = 0.5
 
 _lock = threading.Lock()
 _default: list[int] = []
@@ -50,11 +57,13 @@ def default_threads() -> int:
 class ThreadChoice:
     """The thread count to run each forward on (`pick`), learnt from the times of the
     forwards run (`timed`). `most` is the machine's count; one thread fewer is the other.
-    Not adaptive: always `most`."""
+    Not adaptive: always `most`. `idle`: the cores idle since its last call (idle.py), or None
+    where unknown."""
 
     most: int
     adaptive: bool = True
     first_wait: int = FIRST_WAIT
+    idle: Callable[[], float | None] | None = None
     current: int = 0
     switches: int = 0
     ran: dict[int, int] = field(default_factory=dict)  # forwards run on each count
@@ -65,6 +74,8 @@ class ThreadChoice:
     _until_trial: int = 0
     _trial: list[tuple[int, float]] = field(default_factory=list)
     _trying: bool = False
+    _look_in: int = 0
+    _busy_seen: bool = False
 
     def __post_init__(self) -> None:
         self.current = self.current or self.most
@@ -110,9 +121,26 @@ class ThreadChoice:
             self.best[rows] = typical
         elif best is not None and typical > SLOWED * best:
             self._wait, self._until_trial = self.first_wait, 1  # slowed: look now, and soon
+        if self.current < self.most:
+            self._look()
         self._until_trial -= 1
         if self._until_trial <= 0:
             self._trying, self._trial = True, []
+
+    def _look(self) -> None:
+        """Every LOOK forwards on fewer threads: a core gone idle brings a trial now."""
+        self._look_in -= 1
+        if self.idle is None or self._look_in > 0:
+            return
+        self._look_in = LOOK
+        idle = self.idle()
+        if idle is None:
+            return
+        if idle < IDLE_CORE:
+            self._busy_seen = True
+        elif self._busy_seen:
+            self._busy_seen = False
+            self._until_trial = 1
 
     def _judge(self) -> None:
         ratios = []
@@ -129,6 +157,10 @@ class ThreadChoice:
             self.current = self.other
             self.switches += 1
             self._wait = self.first_wait
+            if self.current < self.most and self.idle is not None:
+                # Sent here by a load: its going is news. The look starts now.
+                self._busy_seen, self._look_in = True, LOOK
+                self.idle()
         elif ratios:
             # Kept: its times now are the ones to keep (a slower machine is not news twice).
             self._wait = min(2 * self._wait, LONGEST_WAIT)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from samchat.engines.flat.threads import LONGEST_WAIT, TRIAL, ThreadChoice
+from samchat.engines.flat.threads import LONGEST_WAIT, LOOK, TRIAL, ThreadChoice
 
 # Seconds of a one-row forward by thread count, from the 1B shape's step on two cores, quiet
 # and with another process busy on one core (docs/benchmarks.md, issue 61's item 7).
@@ -67,3 +67,64 @@ def test_one_core_or_a_given_count_runs_on_it_alone() -> None:
     for choice in (ThreadChoice(1), ThreadChoice(4, adaptive=False)):
         used = _run(choice, {1: 0.01, 3: 0.001, 4: 0.02}, 500, random.Random(4))
         assert set(used) == {choice.most} and choice.switches == 0
+
+
+class _Cores:
+    """The simulated machine's idle cores as idle.py would see them, set by the test."""
+
+    def __init__(self) -> None:
+        self.idle: float | None = 0.0
+        self.looks = 0
+
+    def look(self) -> float | None:
+        self.looks += 1
+        return self.idle
+
+
+def _after_a_long_load(choice: ThreadChoice, rng: random.Random) -> None:
+    """Quiet, then loaded long enough for the losing trials to wait their longest."""
+    _run(choice, QUIET, 200, rng)
+    _run(choice, LOADED, 3000, rng)
+    assert choice.current == 1 and choice._wait == LONGEST_WAIT
+
+
+def test_a_core_gone_idle_brings_every_core_back_at_once_after_a_long_load() -> None:
+    cores = _Cores()
+    rng = random.Random(5)
+    choice = ThreadChoice(2, idle=cores.look)
+    _after_a_long_load(choice, rng)
+    cores.idle = 1.0
+    used = _run(choice, QUIET, 100, rng)
+    assert choice.current == 2 and used.index(2) <= LOOK + 1
+    # Without the look, the machine quiet again stays on one thread through the longest wait.
+    rng = random.Random(5)
+    blind = ThreadChoice(2)
+    _after_a_long_load(blind, rng)
+    used = _run(blind, QUIET, 300, rng)
+    assert blind.current == 1 and used.count(2) == 0
+
+
+def test_idle_cores_under_a_load_that_still_slows_every_core_bring_one_trial() -> None:
+    # A load the look cannot see (idle cores, yet two threads lose): one trial on the look's
+    # word, then the doubling waits as before.
+    cores = _Cores()
+    rng = random.Random(6)
+    choice = ThreadChoice(2, idle=cores.look)
+    _run(choice, QUIET, 200, rng)
+    cores.idle = 0.9
+    used = _run(choice, LOADED, 1500, rng)
+    blind = _run(ThreadChoice(2), LOADED, 1500, random.Random(6))
+    assert choice.current == 1 and cores.looks > 50
+    assert used.count(2) <= blind.count(2) + TRIAL + 5
+
+
+def test_no_look_where_idle_cores_are_unknown_or_every_core_runs() -> None:
+    cores = _Cores()
+    cores.idle = None
+    rng = random.Random(7)
+    choice = ThreadChoice(2, idle=cores.look)
+    _run(choice, QUIET, 500, rng)
+    assert cores.looks == 0  # on every core: nothing to look for
+    _after_a_long_load(choice, rng)
+    used = _run(choice, QUIET, 300, rng)
+    assert cores.looks > 0 and choice.current == 1 and used.count(2) == 0
