@@ -110,7 +110,7 @@ def main(argv: list[str]) -> int:
         ops = {v: _compile(v, Path(work)) for v in args.versions}
         handles = {v: ops[v].load(tensors, kinds, dims, eps) for v in args.versions}
         layers, _, _, _, kv_heads, head_dim = dims
-        cache = torch.zeros(layers, 2, args.cached + 16, kv_heads, head_dim, dtype=torch.bfloat16)
+        cache = torch.zeros(layers, 2, kv_heads, args.cached + 16, head_dim, dtype=torch.bfloat16)
         none = torch.empty(0, dtype=torch.long)
         prompt = torch.tensor(np.random.default_rng(0).integers(100, 20000, args.cached))
         first = args.versions[0]

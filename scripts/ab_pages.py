@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
     for name, (tensors, kinds, dims, eps) in zip(("huge pages", "mapped"), handed, strict=True):
         layers, _, _, _, kv, hd = dims
         handle = load(tensors, kinds, dims, eps)
-        cache = torch.zeros(layers, 2, args.cached + 16, kv, hd, dtype=torch.bfloat16)
+        cache = torch.zeros(layers, 2, kv, args.cached + 16, hd, dtype=torch.bfloat16)
         space.forward(handle, prompt, none, none, 0, cache, 0)
         runs[name] = (handle, cache)
     times: dict[tuple[str, int], list[float]] = {(n, r): [] for n in runs for r in (1, 8)}

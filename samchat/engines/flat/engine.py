@@ -139,8 +139,8 @@ class FlatEngine:
         base = cache.scratch if self._tree_at is not None and not self._in_place else start
         src = torch.tensor(keep, dtype=torch.long) + base
         with torch.inference_mode():
-            rows = cache.buf.index_select(2, src)
-            cache.buf[:, :, start : start + len(keep)] = rows
+            rows = cache.rows.index_select(2, src)
+            cache.rows[:, :, start : start + len(keep)] = rows
 
     def commit(self, start: int, keep: list[int]) -> None:
         moved = keep != list(range(len(keep)))

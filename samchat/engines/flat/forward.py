@@ -154,9 +154,11 @@ class FlatModel:
 
 
 class FlatCache:
-    """Keys and values of every layer, (layers, 2, capacity + TAIL + 1, kv heads, head dim)
-    bfloat16: rows by position, then TAIL scratch rows where a tree's inputs wait for commit,
-    then one zero row that pads every tail."""
+    """Keys and values of every layer, bfloat16, held as `buf` (layers, 2, kv heads, capacity +
+    TAIL + 1, head dim): each key head's rows end to end, as the native forward streams them.
+    Rows by position, then TAIL scratch rows where a tree's inputs wait for commit, then one
+    zero row that pads every tail. `rows` views them by row (layers, 2, rows, kv heads, head
+    dim)."""
 
     def __init__(self, shape: LlamaShape, rows: int = 512) -> None:
         self.shape = shape
@@ -164,6 +166,10 @@ class FlatCache:
         self.capacity = 0
         self.buf = torch.zeros(0)
         self.reserve(rows)
+
+    @property
+    def rows(self) -> torch.Tensor:
+        return self.buf.transpose(2, 3)
 
     @property
     def scratch(self) -> int:
@@ -183,10 +189,10 @@ class FlatCache:
         if cap < rows:
             raise ValueError(f"{rows} positions do not fit the model's context of {s.context}")
         buf = torch.zeros(
-            (s.layers, 2, cap + TAIL + 1, s.kv_heads, s.head_dim), dtype=torch.bfloat16
+            (s.layers, 2, s.kv_heads, cap + TAIL + 1, s.head_dim), dtype=torch.bfloat16
         )
         if self.length:
-            buf[:, :, : self.length] = self.buf[:, :, : self.length]
+            buf[:, :, :, : self.length] = self.buf[:, :, :, : self.length]
         self.buf, self.capacity = buf, cap
 
 
@@ -248,7 +254,7 @@ class _Plan:
 
 def _attention(cache: FlatCache, layer: int, q: torch.Tensor, plan: _Plan) -> torch.Tensor:
     """q (n, kv heads, group, head dim) bfloat16 -> (n, heads * head dim) bfloat16."""
-    buf = cache.buf[layer]
+    buf = cache.rows[layer]
     n, kv, _, hd = q.shape
     tail = buf.index_select(1, plan.index).view(2, n, TAIL, kv, hd).transpose(2, 3)
     o_tail, lse_tail = _flash(q, tail[0], tail[1], attn_mask=plan.mask)
@@ -325,7 +331,7 @@ def run(
             k = F.rms_norm(qk[:, s.heads :], (hd,), layer.k_norm, s.eps)
             qk = torch.cat([q, k], dim=1)
         qk = _rotate(qk, cos, sin)
-        kv = cache.buf[i, :, at]
+        kv = cache.rows[i, :, at]
         kv[0] = qk[:, s.heads :]
         kv[1] = qkv[:, hq + hk :].view(n, s.kv_heads, hd)
         attn = _attention(cache, i, qk[:, : s.heads].view(n, s.kv_heads, group, hd), plan)

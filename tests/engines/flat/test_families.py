@@ -194,7 +194,7 @@ def test_the_native_forward_checks_its_inputs(tiny_ggufs: dict[str, Path]) -> No
         buf = cache.buf if buf is None else buf
         return op(model.native.handle, ids, anc, off, length, buf, logits)
 
-    rows = cache.buf.shape[2]
+    rows = cache.buf.shape[3]
     cases: list[tuple[type[Exception], str, dict[str, Any]]] = [
         (IndexError, "outside the vocabulary", {"ids": [5, -1]}),
         (IndexError, "outside the vocabulary", {"ids": [shape.vocab]}),
@@ -204,6 +204,7 @@ def test_the_native_forward_checks_its_inputs(tiny_ggufs: dict[str, Path]) -> No
         (IndexError, "outside the cache", {"ids": [5], "length": -3}),
         (ValueError, "logits of 3 rows", {"ids": [5, 6], "logits": 3}),
         (ValueError, "the cache is not", {"ids": [5], "buf": cache.buf[:, :, :, :1]}),
+        (ValueError, "the cache is not", {"ids": [5], "buf": cache.rows.contiguous()}),
         (ValueError, "the cache is not", {"ids": [5], "buf": cache.buf.float()}),
         (ValueError, "offsets", {"ids": [5, 6], "tree": (none, torch.tensor([0, 1]))}),
         (
@@ -219,7 +220,7 @@ def test_the_native_forward_checks_its_inputs(tiny_ggufs: dict[str, Path]) -> No
     ]
     # A cache longer than the rotary tables: positions past them are refused.
     tables = model.cos.shape[0]
-    long = torch.zeros((shape.layers, 2, tables + 8, shape.kv_heads, shape.head_dim))
+    long = torch.zeros((shape.layers, 2, shape.kv_heads, tables + 8, shape.head_dim))
     cases.append(
         (IndexError, "rotary tables", {"ids": [5], "length": tables, "buf": long.bfloat16()})
     )

@@ -211,6 +211,9 @@ void flat_free(int64_t handle) {
   if (handle >= 0 && handle < static_cast<int64_t>(registry.size())) registry[handle].reset();
 }
 
+// The cache holds each key head's rows end to end (layers, 2, kv heads, rows, head dim), so that
+// attention reads each head's keys and values as one stream.
+//
 // Appends `ids` at cache rows length + i and returns the float32 logits of the last
 // `logits_rows` inputs. Row i's sequence is the cache's first `length` rows, then the rows
 // length + a for a in its ancestors (itself last): anc[off[i]:off[i+1]]. An empty `off`
@@ -228,10 +231,10 @@ at::Tensor flat_forward(int64_t handle, const at::Tensor& ids, const at::Tensor&
   TORCH_CHECK_VALUE(n > 0, "no inputs to forward");
   TORCH_CHECK_VALUE(cache.scalar_type() == at::kBFloat16 && cache.is_contiguous() &&
                         cache.dim() == 5 && cache.size(0) == m.layers && cache.size(1) == 2 &&
-                        cache.size(3) == kvh && cache.size(4) == hd,
-                    "the cache is not (layers, 2, rows, kv heads, head dim) bfloat16 of this "
+                        cache.size(2) == kvh && cache.size(4) == hd,
+                    "the cache is not (layers, 2, kv heads, rows, head dim) bfloat16 of this "
                     "model: ", cache.sizes());
-  const int64_t cap = cache.size(2);
+  const int64_t cap = cache.size(3);
   TORCH_CHECK_INDEX(length >= 0 && length + n <= cap, "rows ", length, "..", length + n - 1,
                     " are outside the cache's ", cap, " rows");
   TORCH_CHECK_VALUE(logits_rows >= 0 && logits_rows <= n, "logits of ", logits_rows,
@@ -333,13 +336,15 @@ at::Tensor flat_forward(int64_t handle, const at::Tensor& ids, const at::Tensor&
           if (g < heads) {
             std::memcpy(qp + (i * heads + g) * hd, r, hd * sizeof(float));
           } else {
-            uint16_t* dst = kc + ((length + i) * kvh + (g - heads)) * hd;
+            uint16_t* dst = kc + ((g - heads) * cap + length + i) * hd;
             for (int64_t j = 0; j < hd; ++j) dst[j] = f2bf(r[j]);
           }
         }
         const float* v = row + (heads + kvh) * hd;
-        uint16_t* vdst = vc + (length + i) * kvh * hd;
-        for (int64_t j = 0; j < kvh * hd; ++j) vdst[j] = f2bf(v[j]);
+        for (int64_t g = 0; g < kvh; ++g) {
+          uint16_t* vdst = vc + (g * cap + length + i) * hd;
+          for (int64_t j = 0; j < hd; ++j) vdst[j] = f2bf(v[g * hd + j]);
+        }
       }
     });
     // Attention by key head, over all rows' query heads that share it (attention.h); a key
@@ -352,7 +357,7 @@ at::Tensor flat_forward(int64_t handle, const at::Tensor& ids, const at::Tensor&
       attention::Work work;
       for (int64_t task = lo; task < hi; ++task) {
         const int64_t g = task / parts, part = task % parts;
-        const attention::Keys keys{kc + g * hd, vc + g * hd, kvh * hd, length, nullptr};
+        const attention::Keys keys{kc + g * cap * hd, vc + g * cap * hd, hd, length, nullptr};
         attention::attend_any(rows, keys, g, per * part / parts, per * (part + 1) / parts, hd,
                               scale, work);
       }

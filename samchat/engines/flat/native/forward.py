@@ -98,8 +98,9 @@ def run(
     parents: list[int] | None,
     logits_rows: int,
 ) -> torch.Tensor | None:
-    """Writes ids at cache rows length + i (a sequence when parents is None, else the tree
-    they describe) and returns the float32 logits of the last `logits_rows` inputs."""
+    """Writes ids at cache rows length + i of buf (FlatCache.buf: layers, 2, kv heads, rows,
+    head dim; a sequence when parents is None, else the tree they describe) and returns the
+    float32 logits of the last `logits_rows` inputs."""
     anc, off = (_NONE, _NONE) if parents is None else ancestry(parents)
     out: torch.Tensor = torch.ops.samchat_flat.forward(
         native.handle, torch.tensor(ids, dtype=torch.long), anc, off, length, buf, logits_rows
